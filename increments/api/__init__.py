@@ -1,0 +1,1 @@
+"""The public API: frames, read_stream / read, write_stream."""

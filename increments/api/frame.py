@@ -1,0 +1,160 @@
+"""StreamFrame: a lazily built streaming query (PySpark's DataFrame for streams).
+
+Every method returns a new frame; nothing runs until `write_stream...start()`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..durations import parse_duration_ms
+from ..functions import AggExpr, SessionWindowSpec, WindowSpec
+from ..plan import nodes as n
+from ..types import parse_schema
+
+
+class StreamFrame:
+    def __init__(self, node: n.Node):
+        self._node = node
+
+    @property
+    def node(self) -> n.Node:
+        return self._node
+
+    @property
+    def is_streaming(self) -> bool:
+        return n.is_streaming(self._node)
+
+    # -- stateless ------------------------------------------------------------------------
+    def select(self, *exprs: str) -> "StreamFrame":
+        if len(exprs) == 1 and isinstance(exprs[0], (list, tuple)):
+            exprs = tuple(exprs[0])
+        if not exprs:
+            raise ValueError("select needs at least one expression")
+        return StreamFrame(n.Select(self._node, tuple(str(e) for e in exprs)))
+
+    def filter(self, condition: str) -> "StreamFrame":
+        return StreamFrame(n.Filter(self._node, condition))
+
+    where = filter
+
+    def with_column(self, name: str, expr: str) -> "StreamFrame":
+        return StreamFrame(n.WithColumn(self._node, name, expr))
+
+    def parse_json(self, schema: Any, column: str = "value", keep: "list[str] | tuple[str, ...]" = (),
+                   dead_letter: Any = None) -> "StreamFrame":
+        """Decode the JSON text (or bytes) in `column` into typed columns, vectorised in DuckDB.
+
+        `keep` names input columns to carry beside the parsed ones (e.g. "timestamp", "offset").
+        A value that is not valid JSON or has a wrongly typed field fails the batch, naming the
+        topic/partition/offset (Kafka) or row; with `dead_letter=inc.dead_letter.delta(path)` such rows
+        go to that table instead and are counted in progress.
+        """
+        return StreamFrame(n.ParseJson(self._node, parse_schema(schema), column, tuple(keep), dead_letter))
+
+    def with_watermark(self, column: str, delay: str) -> "StreamFrame":
+        return StreamFrame(n.WithWatermark(self._node, column, parse_duration_ms(delay)))
+
+    withWatermark = with_watermark
+
+    def alias(self, name: str) -> "StreamFrame":
+        return StreamFrame(n.Alias(self._node, name))
+
+    # -- refused by the planner (kept so the error is clear) -----------------------------------
+    def order_by(self, *exprs: str) -> "StreamFrame":
+        return StreamFrame(n.Sort(self._node, tuple(exprs)))
+
+    sort = order_by
+
+    def limit(self, num: int) -> "StreamFrame":
+        return StreamFrame(n.Limit(self._node, int(num)))
+
+    # -- stateful ---------------------------------------------------------------------------
+    def group_by(self, *keys: Any) -> "GroupedFrame":
+        if len(keys) == 1 and isinstance(keys[0], (list, tuple)):
+            keys = tuple(keys[0])
+        return GroupedFrame(self, tuple(keys))
+
+    groupBy = group_by
+
+    def drop_duplicates(self, subset: "list[str] | None" = None) -> "StreamFrame":
+        return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, False))
+
+    dropDuplicates = drop_duplicates
+
+    def drop_duplicates_within_watermark(self, subset: "list[str] | None" = None) -> "StreamFrame":
+        return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, True))
+
+    def join(self, other: Any, on: Any, how: str = "inner") -> "StreamFrame":
+        from .reader import as_static_node
+        how = how.lower().replace("leftouter", "left_outer").replace("rightouter", "right_outer")
+        how = {"left": "left_outer", "right": "right_outer", "outer": "full_outer", "full": "full_outer",
+               "fullouter": "full_outer", "semi": "left_semi", "leftsemi": "left_semi"}.get(how, how)
+        if how not in ("inner", "left_outer", "right_outer", "full_outer", "left_semi"):
+            raise ValueError(f"join: how={how!r} is not one of inner, left_outer, right_outer, full_outer, left_semi")
+        right = other.node if isinstance(other, StreamFrame) else as_static_node(other)
+        if isinstance(on, str) and " " not in on.strip() and "=" not in on:
+            on = [on]
+        return StreamFrame(n.Join(left=self._node, right=right, on=tuple(on) if isinstance(on, list) else on, how=how))
+
+    # -- output -----------------------------------------------------------------------------
+    @property
+    def write_stream(self):
+        from .writer import DataStreamWriter
+        return DataStreamWriter(self)
+
+    writeStream = write_stream
+
+    @property
+    def schema(self):
+        """The output schema (Arrow), derived by compiling the plan without running it."""
+        from ..plan.compiler import output_schema
+        return output_schema(self._node)
+
+    def explain(self) -> str:
+        from ..plan.compiler import explain
+        return explain(self._node)
+
+    def __repr__(self) -> str:
+        return f"StreamFrame({type(self._node).__name__})"
+
+
+class GroupedFrame:
+    def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
+        for k in keys:
+            if not isinstance(k, (str, WindowSpec, SessionWindowSpec)):
+                raise TypeError(f"group_by key {k!r}: use a column name, F.window(...) or F.session_window(...)")
+        self._frame, self._keys = frame, keys
+
+    def count(self) -> StreamFrame:
+        return self.agg(AggExpr("count", None))
+
+    def agg(self, *aggs: AggExpr) -> StreamFrame:
+        if not aggs:
+            raise ValueError("agg needs at least one aggregate, e.g. F.count()")
+        for a in aggs:
+            if not isinstance(a, AggExpr):
+                raise TypeError(f"agg: {a!r} is not an aggregate; use F.count(), F.sum('x'), ...")
+        return StreamFrame(n.Aggregate(self._frame.node, self._keys, tuple(aggs)))
+
+    def sum(self, *cols: str) -> StreamFrame:
+        return self.agg(*(AggExpr("sum", c) for c in cols))
+
+    def avg(self, *cols: str) -> StreamFrame:
+        return self.agg(*(AggExpr("avg", c) for c in cols))
+
+    def min(self, *cols: str) -> StreamFrame:
+        return self.agg(*(AggExpr("min", c) for c in cols))
+
+    def max(self, *cols: str) -> StreamFrame:
+        return self.agg(*(AggExpr("max", c) for c in cols))
+
+    def transform_with_state(self, processor: Any, output_schema: Any, time_mode: str | None = None,
+                             output_mode: str = "append", **options: Any) -> StreamFrame:
+        if time_mode not in (None, "none", "processing_time", "event_time", "processingtime", "eventtime"):
+            raise ValueError(f"transform_with_state: time_mode={time_mode!r}; use None, 'processing_time' or 'event_time'")
+        mode = {"none": None, "processingtime": "processing_time", "eventtime": "event_time"}.get(time_mode or "none", time_mode)
+        keys = tuple(k for k in self._keys if isinstance(k, str))
+        if len(keys) != len(self._keys):
+            raise ValueError("transform_with_state: group by plain columns only")
+        return StreamFrame(n.TransformWithState(self._frame.node, keys, processor, parse_schema(output_schema),
+                                                mode, output_mode, options))

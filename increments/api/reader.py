@@ -1,0 +1,107 @@
+"""inc.read_stream (streaming sources) and inc.read (static tables for stream-static joins)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ..plan import nodes as n
+from .frame import StreamFrame
+
+
+class _MemoryFrame(StreamFrame):
+    """A frame over a memory source; `add_data(rows)` feeds it."""
+
+    def add_data(self, rows: Any) -> int:
+        return self._source.add_data(rows)
+
+    addData = add_data
+
+
+class DataStreamReader:
+    def files(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
+              **options: Any) -> StreamFrame:
+        from ..sources.files import FileSource
+        return StreamFrame(n.SourceNode(FileSource(path, format, schema, max_files_per_trigger, **options)))
+
+    def json(self, path: str, schema: Any, **kw: Any) -> StreamFrame:
+        return self.files(path, "json", schema, **kw)
+
+    def csv(self, path: str, schema: Any, **kw: Any) -> StreamFrame:
+        return self.files(path, "csv", schema, **kw)
+
+    def parquet(self, path: str, schema: Any = None, **kw: Any) -> StreamFrame:
+        return self.files(path, "parquet", schema, **kw)
+
+    def kafka(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
+              starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
+              fail_on_data_loss: bool = True, **client_config: Any) -> StreamFrame:
+        from ..sources.kafka import KafkaSource
+        return StreamFrame(n.SourceNode(KafkaSource(bootstrap_servers, topic=topic, topics=topics,
+                                                    starting_offsets=starting_offsets,
+                                                    max_offsets_per_trigger=max_offsets_per_trigger,
+                                                    fail_on_data_loss=fail_on_data_loss, **client_config)))
+
+    def delta(self, path: str, max_files_per_trigger: int | None = None, **options: Any) -> StreamFrame:
+        from ..sources.delta import DeltaSource
+        return StreamFrame(n.SourceNode(DeltaSource(path, max_files_per_trigger=max_files_per_trigger, **options)))
+
+    def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
+        from ..sources.memory import MemorySource
+        src = MemorySource(schema, name)
+        f = _MemoryFrame(n.SourceNode(src))
+        f._source = src
+        return f
+
+
+class StaticTable:
+    """A static side: a loader the join re-runs every batch (Delta: at the table's latest version)."""
+
+    def __init__(self, description: str, load_fn: Any, schema_fn: Any):
+        self.description = description
+        self._load, self._schema = load_fn, schema_fn
+        self.last_version: Any = None
+
+    def load(self) -> pa.Table:
+        out = self._load()
+        if isinstance(out, tuple):
+            out, self.last_version = out
+        return out
+
+    def schema(self) -> pa.Schema:
+        return self._schema()
+
+
+class DataFrameReader:
+    def delta(self, path: str) -> StaticTable:
+        def load():
+            from deltalake import DeltaTable
+            dt = DeltaTable(path)
+            return dt.to_pyarrow_table(), dt.version()
+
+        def schema():
+            from deltalake import DeltaTable
+            return pa.schema(DeltaTable(path).schema().to_arrow())
+        return StaticTable(f"delta[{path}]", load, schema)
+
+    def files(self, path: str, format: str = "parquet", schema: Any = None, **options: Any) -> StaticTable:
+        from ..sources.files import FileSource
+        src = FileSource(path, format, schema, **options)
+
+        def load():
+            tables = [src._read_one(f) for f in src._list()]
+            return pa.concat_tables(tables) if tables else src.schema().empty_table()
+        return StaticTable(f"files[{path}]", load, src.schema)
+
+    def parquet_sink(self, path: str) -> pa.Table:
+        from ..sinks.parquet import read_parquet_sink
+        return read_parquet_sink(path)
+
+
+def as_static_node(other: Any) -> n.StaticNode:
+    if isinstance(other, StaticTable):
+        return n.StaticNode(other)
+    if isinstance(other, pa.Table):
+        return n.StaticNode(StaticTable("arrow table", lambda t=other: t, lambda t=other: t.schema))
+    raise TypeError(f"join: cannot join with {type(other).__name__}; use a stream frame, inc.read.delta(path), "
+                    "inc.read.files(...) or a pyarrow.Table")

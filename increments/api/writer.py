@@ -1,0 +1,117 @@
+"""frame.write_stream: DataStreamWriter (format, output_mode, option, checkpoint_location,
+query_name, trigger, foreach_batch, start)."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from ..execution.runtime import WriterSettings, build_runtime
+from ..triggers import Trigger
+
+
+class DataStreamWriter:
+    def __init__(self, frame: Any):
+        self._frame = frame
+        self._s = WriterSettings()
+        self._listeners: list[Any] = []
+
+    def _copy(self) -> "DataStreamWriter":
+        w = copy.copy(self)
+        w._s = copy.deepcopy(self._s) if self._s.foreach_batch is None and self._s.sink is None else copy.copy(self._s)
+        w._s.options = dict(self._s.options)
+        w._listeners = list(self._listeners)
+        return w
+
+    def format(self, fmt: str) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.format = fmt.lower()
+        return w
+
+    def output_mode(self, mode: str) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.output_mode = mode.lower()
+        return w
+
+    outputMode = output_mode
+
+    def option(self, key: str, value: Any) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.options[key] = value
+        return w
+
+    def options(self, **opts: Any) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.options.update(opts)
+        return w
+
+    def checkpoint_location(self, path: str) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.checkpoint = path
+        return w
+
+    def query_name(self, name: str) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.query_name = name
+        return w
+
+    queryName = query_name
+
+    def trigger(self, processing_time: str | None = None, available_now: bool = False, once: bool = False,
+                **kw: Any) -> "DataStreamWriter":
+        processing_time = processing_time or kw.pop("processingTime", None)
+        available_now = available_now or kw.pop("availableNow", False)
+        if kw:
+            raise TypeError(f"trigger: unknown arguments {sorted(kw)}")
+        w = self._copy()
+        w._s.trigger = Trigger.make(processing_time=processing_time, available_now=available_now, once=once)
+        return w
+
+    def foreach_batch(self, fn: Callable[[pa.Table, int], Any]) -> "DataStreamWriter":
+        w = self._copy()
+        w._s.foreach_batch = fn
+        w._s.format = "foreach_batch"
+        return w
+
+    foreachBatch = foreach_batch
+
+    def sink(self, sink: Any) -> "DataStreamWriter":
+        """Write to a Sink instance (sinks.base.Sink) instead of a named format."""
+        w = self._copy()
+        w._s.sink = sink
+        return w
+
+    def listener(self, listener: Any) -> "DataStreamWriter":
+        """A StreamingQueryListener for this query only."""
+        w = self._copy()
+        w._listeners.append(listener)
+        return w
+
+    @property
+    def settings(self) -> WriterSettings:
+        return self._s
+
+    @property
+    def frame(self) -> Any:
+        return self._frame
+
+    def build(self, path: str | None = None, staging: str = "memory"):
+        """Compile and open the query without running it (the Dagster definitions use this)."""
+        s = copy.copy(self._s)
+        if path is not None:
+            s.path = path
+        rt = build_runtime(self._frame, s, staging=staging)
+        rt.listeners.extend(self._listeners)
+        return rt
+
+    def start(self, path: str | None = None):
+        """Start the query on a background thread; returns a StreamingQuery."""
+        from ..execution.query import StreamingQuery
+        from .. import streams
+        name = self._s.query_name
+        if name and any(q.name == name and q.is_active for q in streams.active.values()):
+            from ..errors import AnalysisException
+            raise AnalysisException(f"a query named {name!r} is already active in this process; stop it first")
+        rt = self.build(path)
+        return StreamingQuery(rt, self._s.trigger).start()

@@ -1,0 +1,38 @@
+"""Exceptions raised by increments.
+
+Every error that reaches a user names the query, the batch, the source (and the file,
+line, partition or offset where that is known) and says what to do next.
+"""
+from __future__ import annotations
+
+
+class IncrementsError(Exception):
+    """Base class of every error increments raises on purpose."""
+
+
+class AnalysisException(IncrementsError):
+    """The query cannot run as a stream; raised by the planner before any batch runs."""
+
+
+class MalformedInputError(IncrementsError):
+    """A source produced input that does not fit the declared schema (file/line or offset named)."""
+
+
+class DataLossError(IncrementsError):
+    """Source data the query still needs is gone (deleted file, expired Kafka offsets)."""
+
+
+class ConcurrentRunError(IncrementsError):
+    """Another runner of the same query owns the batch: the log's fence refused this one."""
+
+
+class IncompatibleCheckpointError(IncrementsError):
+    """A restart asked for something the checkpoint fixed at its first run."""
+
+
+class StreamingQueryException(IncrementsError):
+    """A running query stopped because a batch failed; `cause` is the original error."""
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause

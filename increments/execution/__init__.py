@@ -1,0 +1,1 @@
+"""The batch protocol (plan, read, process, write, commit), the local runner and StreamingQuery."""

@@ -1,0 +1,59 @@
+"""Query listeners (Spark's StreamingQueryListener), registered globally or per query.
+
+Events: on_query_started(event), on_query_progress(progress dict), on_query_terminated(event),
+and on_batch_step(query_name, batch_id, step) after each protocol step (plan, read, process,
+write, commit) completes, for tracing. A listener that raises is logged and never fails a batch.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger("increments.listeners")
+_GLOBAL: list[Any] = []
+_LOCK = threading.Lock()
+
+
+class StreamingQueryListener:
+    def on_query_started(self, event: dict[str, Any]) -> None: ...
+    def on_query_progress(self, progress: dict[str, Any]) -> None: ...
+    def on_query_terminated(self, event: dict[str, Any]) -> None: ...
+    def on_batch_step(self, query_name: str, batch_id: int, step: str) -> None: ...
+
+
+class StreamingQueryManager:
+    """`inc.streams`: the active queries of this process and the global listeners."""
+
+    def __init__(self):
+        self.active: dict[str, Any] = {}
+
+    def add_listener(self, listener: Any) -> None:
+        with _LOCK:
+            _GLOBAL.append(listener)
+
+    def remove_listener(self, listener: Any) -> None:
+        with _LOCK:
+            if listener in _GLOBAL:
+                _GLOBAL.remove(listener)
+
+    def get(self, query_id: str) -> Any:
+        return self.active.get(query_id)
+
+
+def notify(rt: Any, event: str, *args: Any) -> None:
+    with _LOCK:
+        targets = list(_GLOBAL) + list(rt.listeners)
+    if event == "on_batch_step":
+        args = (rt.name,) + args
+    for li in targets:
+        fn = getattr(li, event, None)
+        if fn is None:
+            continue
+        if event == "on_batch_step":
+            fn(*args)  # step hooks may deliberately stop the process (crash tests); let them raise
+            continue
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001
+            log.exception("listener %r failed on %s", li, event)

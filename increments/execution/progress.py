@@ -1,0 +1,54 @@
+"""Progress reports: one dict per batch, with the fields API.md lists (Spark's names in snake_case)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..watermark import format_ts_ms
+
+
+def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
+    e = plan.entry
+    d = entry.durations_ms
+    trigger_ms = sum(d.get(k, 0) for k in ("latest_offset", "wal_commit", "get_batch", "add_batch", "commit_offsets"))
+    d["trigger_execution"] = trigger_ms
+    n_in = entry.num_input_rows
+    last_start = getattr(rt, "_last_trigger_start_ms", None)
+    rt._last_trigger_start_ms = e.timestamp_ms
+    elapsed_s = (e.timestamp_ms - last_start) / 1000 if last_start and e.timestamp_ms > last_start else None
+    in_rate = n_in / elapsed_s if elapsed_s else 0.0
+    proc_rate = n_in / (trigger_ms / 1000) if trigger_ms else 0.0
+    event_time: dict[str, Any] = {}
+    if rt.plan.watermark_delays:
+        event_time["watermark"] = format_ts_ms(e.watermark_ms)
+        stats = [s for s in (entry.event_time or {}).values() if s.get("count")]
+        if stats:
+            event_time["max"] = format_ts_ms(max(s["max_ms"] for s in stats))
+            event_time["min"] = format_ts_ms(min(s["min_ms"] for s in stats))
+            event_time["avg"] = format_ts_ms(int(sum(s["sum_ms"] for s in stats) / sum(s["count"] for s in stats)))
+    sources = []
+    read_sources = entry.extra.get("sources", [])
+    for i, src in enumerate(rt.sources):
+        rs = read_sources[i] if i < len(read_sources) else {}
+        n = rs.get("num_input_rows", 0)
+        sources.append({
+            "description": src.description, "start_offset": e.start[str(i)], "end_offset": e.end[str(i)],
+            "latest_offset": e.end[str(i)], "num_input_rows": n,
+            "input_rows_per_second": n / elapsed_s if elapsed_s else 0.0,
+            "processed_rows_per_second": n / (trigger_ms / 1000) if trigger_ms else 0.0,
+            **{k: v for k, v in rs.items() if k != "num_input_rows"},
+        })
+    return {
+        "id": rt.query_id, "run_id": rt.run_id, "name": rt.name, "batch_id": e.batch_id,
+        "timestamp": format_ts_ms(e.timestamp_ms), "num_input_rows": n_in,
+        "input_rows_per_second": in_rate, "processed_rows_per_second": proc_rate,
+        "duration_ms": {k: d.get(k, 0) for k in ("trigger_execution", "latest_offset", "get_batch", "add_batch",
+                                                 "wal_commit", "commit_offsets")},
+        "event_time": event_time,
+        "state_operators": entry.extra.get("state_operators", []),
+        "sources": sources,
+        "sink": {"description": rt.sink.description, "num_output_rows": entry.num_output_rows,
+                 "version": entry.sink_version},
+        "watermark_ms": e.watermark_ms, "next_watermark_ms": entry.next_watermark_ms,
+        "redo": plan.redo, "attempt": e.attempt,
+        "dead_letters": entry.extra.get("dead_letters", {}), "warnings": entry.extra.get("warnings", []),
+    }

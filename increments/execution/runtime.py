@@ -1,0 +1,132 @@
+"""QueryRuntime: everything one process needs to run a query's batch steps.
+
+Built from a frame and the writer's settings by `build_runtime`; the local runner and the Dagster
+ops both build one (Dagster once per op process) and call the same five step functions on it.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..checkpoint.log import BatchLog, open_log
+from ..checkpoint.metadata import CheckpointMetadata
+from ..errors import AnalysisException
+from ..plan.compiler import CompiledPlan, Compiler
+from ..sinks.base import Sink, SinkContext
+from ..triggers import Trigger
+from .staging import DiskStaging, MemoryStaging
+from .state_manager import StateManager
+
+DEFAULT_STATE_PARTITIONS = 4
+
+
+@dataclass
+class WriterSettings:
+    format: str = "memory"
+    output_mode: str = "append"
+    options: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+    query_name: str | None = None
+    trigger: Trigger = field(default_factory=lambda: Trigger("processing_time", 0))
+    foreach_batch: Any = None
+    path: str | None = None
+    sink: Sink | None = None
+
+
+@dataclass
+class QueryRuntime:
+    name: str
+    meta: CheckpointMetadata
+    log: BatchLog
+    plan: CompiledPlan
+    sink: Sink
+    settings: WriterSettings
+    staging: Any
+    state: StateManager
+    run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    listeners: list[Any] = field(default_factory=list)
+
+    @property
+    def query_id(self) -> str:
+        return self.meta.query_id
+
+    @property
+    def sources(self) -> list[Any]:
+        return self.plan.sources
+
+    @property
+    def output_mode(self) -> str:
+        return self.settings.output_mode
+
+    @property
+    def watermark_policy(self) -> str:
+        return str(self.settings.options.get("multiple_watermark_policy", "min")).lower()
+
+    def where(self, batch_id: int | None = None, step: str | None = None) -> str:
+        s = f"query {self.name!r} (id {self.query_id})"
+        if batch_id is not None:
+            s += f", batch {batch_id}"
+        if step:
+            s += f", {step} step"
+        return s
+
+    def emit(self, event: str, *args: Any) -> None:
+        from .listeners import notify
+        notify(self, event, *args)
+
+    def close(self) -> None:
+        self.state.close()
+        for s in self.sources:
+            s.close()
+        self.sink.close()
+
+
+def _bool(v: Any) -> bool:
+    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
+
+
+def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory") -> QueryRuntime:
+    """Compile the query, open (or create) its checkpoint and log, attach sources and sink.
+
+    Fails before any batch runs when the plan is not streamable or the checkpoint's fixed conf
+    (state provider, partitions, stateful operators' state schemas) differs from this start's.
+    """
+    from .sink_factory import make_sink
+    opts = settings.options
+    checkpoint = settings.checkpoint or opts.get("checkpoint_location") or opts.get("checkpointLocation")
+    if not checkpoint:
+        if settings.format in ("memory", "console"):
+            import tempfile
+            checkpoint = tempfile.mkdtemp(prefix="increments-chk-")
+        else:
+            raise AnalysisException("checkpoint_location(path) is required for this sink: the checkpoint holds the "
+                                    "query id, the seen-files log and the state")
+    checkpoint = os.path.abspath(checkpoint)
+    plan = Compiler(settings.output_mode, opts).compile(frame.node)
+    provider = str(opts.get("state_store", "rocksdb")).lower()
+    if provider not in ("rocksdb", "memory"):
+        raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
+    partitions = int(opts.get("state_partitions", DEFAULT_STATE_PARTITIONS))
+    if partitions < 1:
+        raise AnalysisException("option state_partitions must be >= 1")
+    changelog = _bool(opts.get("changelog_checkpointing", provider == "rocksdb"))
+    conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
+    for op in plan.stateful_ops:
+        conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
+    name = settings.query_name or opts.get("query_name")
+    meta = CheckpointMetadata.open(checkpoint, name, conf)
+    name = name or meta.query_id
+    log = open_log(opts.get("log_url"), checkpoint, meta.query_id, name)
+    sink = settings.sink or make_sink(settings)
+    if settings.output_mode not in sink.supported_modes:
+        raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
+                                f"{settings.output_mode!r}")
+    key_columns = [c for c in getattr(plan.root, "key_columns", [])]
+    sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns))
+    for i, src in enumerate(plan.sources):
+        src.open(checkpoint, i, name)
+    stage = DiskStaging(os.path.join(checkpoint, "staging")) if staging == "disk" else MemoryStaging()
+    state = StateManager(checkpoint, provider, partitions, changelog)
+    return QueryRuntime(name, meta, log, plan, sink, settings, stage, state)

@@ -1,0 +1,32 @@
+"""format(...) name -> Sink instance."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import AnalysisException
+
+
+def make_sink(settings: Any):
+    fmt = (settings.format or "").lower()
+    opts = settings.options
+    if settings.foreach_batch is not None:
+        from ..sinks.foreach_batch import ForeachBatchSink
+        return ForeachBatchSink(settings.foreach_batch)
+    if fmt == "memory":
+        from ..sinks.memory import MemorySink
+        return MemorySink(settings.query_name or opts.get("query_name"))
+    if fmt == "console":
+        from ..sinks.console import ConsoleSink
+        return ConsoleSink(int(opts.get("num_rows", opts.get("numRows", 20))),
+                           str(opts.get("truncate", "true")).lower() != "false")
+    if fmt == "parquet":
+        from ..sinks.parquet import ParquetSink
+        return ParquetSink(settings.path or opts.get("path"))
+    if fmt == "delta":
+        from ..sinks.delta import DeltaSink
+        return DeltaSink(settings.path or opts.get("path"), opts)
+    if fmt in ("postgres", "postgresql"):
+        from ..sinks.postgres import PostgresSink
+        return PostgresSink(opts)
+    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, parquet, postgres, memory, console "
+                            "or foreach_batch(fn)")

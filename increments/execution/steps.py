@@ -1,0 +1,202 @@
+"""The batch protocol as five functions. Every runner (local, Dagster ops) calls these, in order.
+
+    plan:    if the log has offsets[N] and no commits[N]: claim and redo exactly batch N
+             else N = last + 1; end = each source's latest offset under its rate limit
+                  nothing new and no time-based work -> None (nothing runs, nothing is written)
+                  write offsets[N] = (start, end, W_N, W_{N-1}, per-input watermarks, timestamp)
+    read:    rows in (start, end] of every source, staged as input_<i>
+    process: operators over the staged rows; state loaded at N-1, committed as N; output staged
+    write:   sink.add_batch(N, output): idempotent per (query id, N)
+    commit:  commits[N] (only while this runner owns offsets[N]) with the next watermark
+
+A crash anywhere before commits[N] makes the next plan return the redo of N with the same offsets,
+watermarks and timestamp; state restarts from N-1 and the sink skips or replaces batch N.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..checkpoint.log import CommitEntry, OffsetsEntry
+from ..operators.base import BatchContext
+from ..watermark import next_watermarks
+from .runtime import QueryRuntime
+
+
+@dataclass
+class BatchPlan:
+    entry: OffsetsEntry
+    redo: bool
+    planned_at: float
+    durations_ms: dict[str, int]
+
+    @property
+    def batch_id(self) -> int:
+        return self.entry.batch_id
+
+    def has_data(self, rt: QueryRuntime) -> bool:
+        return any(src.has_new_data(self.entry.start[str(i)], self.entry.end[str(i)]) for i, src in enumerate(rt.sources))
+
+
+def _ms(t0: float) -> int:
+    return int(round((time.perf_counter() - t0) * 1000))
+
+
+def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
+    """Decide the next batch from the log; write offsets[N] first (write-ahead). See module doc."""
+    t0 = time.perf_counter()
+    last_off = rt.log.latest_offsets()
+    last_commit = rt.log.latest_commit()
+    if last_off is not None and (last_commit is None or last_commit.batch_id < last_off.batch_id):
+        entry = rt.log.claim_redo(last_off, rt.run_id)
+        rt.emit("on_batch_step", entry.batch_id, "plan")
+        return BatchPlan(entry, True, time.time(), {"latest_offset": _ms(t0), "wal_commit": 0})
+    batch_id = last_off.batch_id + 1 if last_off else 0
+    start = dict(last_off.end) if last_off else {str(i): s.initial_offset() for i, s in enumerate(rt.sources)}
+    watermark = last_commit.next_watermark_ms if last_commit else 0
+    late = last_off.watermark_ms if last_off else 0
+    input_wms = dict(last_commit.next_input_watermarks_ms) if last_commit else {}
+    end = {str(i): s.latest_offset(start[str(i)], limited) for i, s in enumerate(rt.sources)}
+    latest_ms = _ms(t0)
+    has_data = any(s.has_new_data(start[str(i)], end[str(i)]) for i, s in enumerate(rt.sources))
+    now_ms = int(time.time() * 1000)
+    if not has_data and not _time_based_work(rt, last_off, watermark, now_ms):
+        return None
+    entry = OffsetsEntry(batch_id, start, end, watermark, late, input_wms, now_ms,
+                         {"state_partitions": rt.state.partitions, "state_store": rt.state.provider_name})
+    t1 = time.perf_counter()
+    rt.log.write_offsets(entry, rt.run_id)
+    rt.emit("on_batch_step", batch_id, "plan")
+    return BatchPlan(entry, False, time.time(), {"latest_offset": latest_ms, "wal_commit": _ms(t1)})
+
+
+def _time_based_work(rt: QueryRuntime, last_off: OffsetsEntry | None, watermark: int, now_ms: int) -> bool:
+    """SEMANTICS.md rule 2: a no-data batch runs iff an operator evicts by watermark and the
+    watermark moved past the one the last batch used; plus operators' own timers (processing time)."""
+    if last_off is None:
+        return False
+    if rt.plan.has_watermark_eviction and watermark > last_off.watermark_ms:
+        return True
+    return any(op.has_time_based_work(watermark, now_ms) for op in rt.plan.stateful_ops)
+
+
+def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
+    """Read (start, end] of every source and stage the rows; returns per-source row counts."""
+    t0 = time.perf_counter()
+    e = plan.entry
+    info: dict[str, Any] = {"sources": []}
+    for i, src in enumerate(rt.sources):
+        s, en = e.start[str(i)], e.end[str(i)]
+        table = src.read(s, en) if src.has_new_data(s, en) else src.schema().empty_table()
+        rt.staging.put_table(e.batch_id, f"input_{i}", table)
+        info["sources"].append({"num_input_rows": table.num_rows, **(getattr(src, "read_metrics", None) or {})})
+    info["get_batch_ms"] = _ms(t0)
+    rt.staging.put_json(e.batch_id, "read", info)
+    rt.emit("on_batch_step", e.batch_id, "read")
+    return info
+
+
+def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
+    """Run the operators; commit every state store as version N (or abort all); stage the output."""
+    t0 = time.perf_counter()
+    e = plan.entry
+    inputs = {i: rt.staging.get_table(e.batch_id, f"input_{i}") for i in range(len(rt.sources))}
+    ctx = BatchContext(e.batch_id, e.watermark_ms, e.late_watermark_ms, e.timestamp_ms, inputs,
+                       query_name=rt.name, output_mode=rt.output_mode, state=rt.state)
+    try:
+        output = rt.plan.root.execute(ctx)
+        if output.schema != rt.plan.output_schema and output.num_rows == 0:
+            output = rt.plan.output_schema.empty_table()
+        versions = rt.state.commit_all(e.batch_id)
+        state_ops = [_state_progress(rt, op, ctx) for op in rt.plan.stateful_ops]
+    except BaseException:
+        rt.state.abort_all()
+        raise
+    rt.state.release()
+    rt.staging.put_table(e.batch_id, "output", output)
+    info = {
+        "event_time": {k: vars(v) for k, v in ctx.event_time.items()},
+        "state_versions": versions,
+        "state_operators": state_ops,
+        "warnings": ctx.warnings,
+        "dead_letters": ctx.dead_letters,
+        "static_versions": ctx.static_versions,
+        "process_ms": _ms(t0),
+    }
+    rt.staging.put_json(e.batch_id, "process", info)
+    rt.emit("on_batch_step", e.batch_id, "process")
+    return info
+
+
+def _state_progress(rt: QueryRuntime, op: Any, ctx: BatchContext) -> dict[str, Any]:
+    m = rt.state.metrics(op.operator_id)
+    out = {"operator_name": op.operator_name, "operator_id": op.operator_id, **m,
+           "num_rows_dropped_by_watermark": ctx.dropped_by_watermark.get(op.operator_id, 0),
+           "num_partitions": rt.state.partitions}
+    out.update(ctx.custom_metrics.get(op.operator_id, {}))
+    return out
+
+
+def write_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
+    """Hand the staged output to the sink; the sink makes the call idempotent per batch id."""
+    t0 = time.perf_counter()
+    output = rt.staging.get_table(plan.batch_id, "output")
+    result = rt.sink.add_batch(plan.batch_id, output)
+    info = {"num_output_rows": result.num_output_rows, "sink_version": result.version,
+            "skipped_replay": result.skipped_replay, "add_batch_ms": _ms(t0), **result.extra}
+    rt.staging.put_json(plan.batch_id, "write", info)
+    rt.emit("on_batch_step", plan.batch_id, "write")
+    return info
+
+
+def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[str, Any]]:
+    """Write commits[N] with the watermark for N+1; then let sources clean up. Returns the entry
+    and the batch's progress report."""
+    from .progress import build_progress
+    t0 = time.perf_counter()
+    e = plan.entry
+    read = rt.staging.get_json(e.batch_id, "read", {"sources": []})
+    proc = rt.staging.get_json(e.batch_id, "process", {})
+    write = rt.staging.get_json(e.batch_id, "write", {})
+    stats = proc.get("event_time", {})
+    input_wms, next_wm = next_watermarks(e.input_watermarks_ms, stats, rt.plan.watermark_delays,
+                                         rt.watermark_policy, e.watermark_ms)
+    durations = dict(plan.durations_ms)
+    durations.update(get_batch=read.get("get_batch_ms", 0),
+                     add_batch=proc.get("process_ms", 0) + write.get("add_batch_ms", 0))
+    entry = CommitEntry(
+        batch_id=e.batch_id, next_watermark_ms=next_wm, next_input_watermarks_ms=input_wms,
+        num_input_rows=sum(s["num_input_rows"] for s in read["sources"]),
+        num_output_rows=write.get("num_output_rows", 0), state_versions=proc.get("state_versions", {}),
+        sink_version=write.get("sink_version"), durations_ms=durations,
+        event_time=stats, committed_at_ms=int(time.time() * 1000),
+        extra={"state_operators": proc.get("state_operators", []), "sources": read["sources"],
+               "dead_letters": proc.get("dead_letters", {}), "warnings": proc.get("warnings", []),
+               "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.get("static_versions", {})})
+    rt.log.write_commit(entry, rt.run_id)
+    entry.durations_ms["commit_offsets"] = _ms(t0)
+    for i, src in enumerate(rt.sources):
+        src.commit(e.end[str(i)])
+    rt.staging.clear(e.batch_id)
+    progress = build_progress(rt, plan, entry)
+    rt.emit("on_batch_step", e.batch_id, "commit")
+    return entry, progress
+
+
+def run_one_batch(rt: QueryRuntime, *, limited: bool = True) -> dict[str, Any] | None:
+    """plan -> read -> process -> write -> commit in this process; None when there is nothing to do."""
+    plan = plan_batch(rt, limited=limited)
+    if plan is None:
+        return None
+    read_batch(rt, plan)
+    process_batch(rt, plan)
+    write_batch(rt, plan)
+    _, progress = commit_batch(rt, plan)
+    return progress
+
+
+def empty_like(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()

@@ -1,0 +1,1 @@
+"""Physical operators: stateless SQL stages over Arrow, and the stateful operators on the state store."""

@@ -1,0 +1,103 @@
+"""The physical operator interface and the per-batch context operators run in.
+
+An operator's `execute(ctx)` returns the Arrow table it emits for the batch. Stateful operators
+open their state through `ctx.stores(self)`: one store per state partition, loaded at version
+batch_id - 1. The process step commits every opened store at version batch_id after the whole
+plan ran (or aborts them all if anything failed), so a batch's state changes are all-or-nothing
+per partition and a redo starts again from batch_id - 1.
+
+Watermarks inside one batch (SEMANTICS.md rule 4): `ctx.late_watermark_ms` (W_{b-1}) decides
+which rows are late; `ctx.watermark_ms` (W_b) decides eviction and append-mode emission.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+
+@dataclass
+class EventTimeStats:
+    """Event times (ms) seen by one watermark node in one batch, late rows included."""
+    max_ms: int | None = None
+    min_ms: int | None = None
+    sum_ms: int = 0
+    count: int = 0
+
+    def add(self, mn: int, mx: int, total: int, count: int) -> None:
+        if count == 0:
+            return
+        self.max_ms = mx if self.max_ms is None else max(self.max_ms, mx)
+        self.min_ms = mn if self.min_ms is None else min(self.min_ms, mn)
+        self.sum_ms += total
+        self.count += count
+
+
+@dataclass
+class BatchContext:
+    batch_id: int
+    watermark_ms: int
+    late_watermark_ms: int
+    timestamp_ms: int
+    inputs: dict[int, pa.Table]
+    query_name: str = ""
+    output_mode: str = "append"
+    state: Any = None                          # execution.state_manager.StateManager
+    event_time: dict[str, EventTimeStats] = field(default_factory=dict)
+    dropped_by_watermark: dict[str, int] = field(default_factory=dict)
+    custom_metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    static_versions: dict[str, Any] = field(default_factory=dict)
+
+    def stores(self, op: "PhysicalOp") -> list:
+        """The op's state stores, one per partition, loaded at version batch_id - 1."""
+        return self.state.stores_for(op.operator_id, self.batch_id)
+
+    def count_dropped(self, op: "PhysicalOp", n: int) -> None:
+        self.dropped_by_watermark[op.operator_id] = self.dropped_by_watermark.get(op.operator_id, 0) + int(n)
+
+    def where(self, what: str) -> str:
+        return f"query {self.query_name!r}, batch {self.batch_id}: {what}"
+
+
+class PhysicalOp:
+    """Base of physical operators. Subclasses set `schema` and implement `execute`."""
+
+    stateful: bool = False
+    #: evicts state by watermark: the query then runs one trailing no-data batch when the
+    #: watermark advanced past the last batch's (SEMANTICS.md rule 2)
+    evicts_by_watermark: bool = False
+    operator_id: str = ""
+    operator_name: str = ""
+
+    def __init__(self, children: list["PhysicalOp"], schema: pa.Schema):
+        self.children = children
+        self.schema = schema
+        #: event-time columns with a watermark: name -> (watermark id, delay ms)
+        self.event_time_cols: dict[str, tuple[str, int]] = {}
+        if children:
+            for c in children:
+                for k, v in c.event_time_cols.items():
+                    if k in schema.names:
+                        self.event_time_cols[k] = v
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        raise NotImplementedError
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+    def state_schema(self) -> dict[str, Any] | None:
+        """Key and value fields of this operator's state (for the checkpoint's compatibility check)."""
+        return None
+
+    def has_time_based_work(self, watermark_ms: int, timestamp_ms: int) -> bool:
+        """Work a batch without new data would do (e.g. processing-time timers due)."""
+        return False

@@ -1,0 +1,186 @@
+"""Stateless operators: scans, fused DuckDB SQL stages (select/filter/with_column), parse_json and
+the watermark tracker. Every row of a batch flows through in that batch; nothing is dropped by a
+declared watermark here (SEMANTICS.md: stateless queries track and report it only).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import MalformedInputError
+from ..sql import duckdb_connection, quote_ident, run_sql
+from ..types import Schema
+from .base import BatchContext, EventTimeStats, PhysicalOp
+
+Stage = Callable[[str], str]  # relation SQL text -> SQL text
+
+
+class ScanOp(PhysicalOp):
+    """The rows a streaming source produced for this batch (staged by the read step)."""
+
+    def __init__(self, source_index: int, schema: pa.Schema, description: str):
+        super().__init__([], schema)
+        self.source_index = source_index
+        self.description = description
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        return ctx.inputs[self.source_index]
+
+    def describe(self) -> str:
+        return f"Scan {self.description}"
+
+
+class StaticScanOp(PhysicalOp):
+    """A static side of a stream-static join, re-read at every batch (a Delta table at its latest version)."""
+
+    def __init__(self, loader: Any, schema: pa.Schema):
+        super().__init__([], schema)
+        self.loader = loader
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        table = self.loader.load()
+        version = getattr(self.loader, "last_version", None)
+        if version is not None:
+            ctx.static_versions[self.loader.description] = version
+        return table
+
+    def describe(self) -> str:
+        return f"StaticScan {self.loader.description}"
+
+
+class SqlOp(PhysicalOp):
+    """One DuckDB query over the child's Arrow table, fused from consecutive stateless stages."""
+
+    def __init__(self, child: PhysicalOp, stages: list[Stage], schema: pa.Schema, labels: list[str]):
+        super().__init__([child], schema)
+        self.stages = stages
+        self.labels = labels
+
+    @property
+    def sql(self) -> str:
+        rel = "__in"
+        for stage in self.stages:
+            rel = f"({stage(rel)})"
+        return rel[1:-1]
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        table = self.children[0].execute(ctx)
+        try:
+            return run_sql(self.sql, {"__in": table})
+        except Exception as e:  # duckdb errors: conversion errors in expressions etc.
+            raise RuntimeError(ctx.where(f"{' -> '.join(self.labels)} failed: {e}")) from e
+
+    def describe(self) -> str:
+        return " -> ".join(self.labels)
+
+
+class WatermarkOp(PhysicalOp):
+    """with_watermark(column, delay): records the batch's event-time stats for the next watermark.
+
+    Rows pass through unchanged; late-row filtering is the stateful operators' job (they see
+    ctx.late_watermark_ms). Null event times cannot advance the watermark and are counted.
+    """
+
+    def __init__(self, child: PhysicalOp, column: str, delay_ms: int, watermark_id: str):
+        super().__init__([child], child.schema)
+        self.column, self.delay_ms, self.watermark_id = column, delay_ms, watermark_id
+        self.event_time_cols = {column: (watermark_id, delay_ms)}
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        table = self.children[0].execute(ctx)
+        stats = ctx.event_time.setdefault(self.watermark_id, EventTimeStats())
+        col = table.column(self.column)
+        if table.num_rows:
+            ms = pc.divide(col.cast(pa.int64()), 1000) if pa.types.is_timestamp(col.type) else col
+            valid = pc.drop_null(ms)
+            if len(valid):
+                mm = pc.min_max(valid)
+                stats.add(mm["min"].as_py(), mm["max"].as_py(), pc.sum(valid).as_py(), len(valid))
+            nulls = col.null_count
+            if nulls:
+                ctx.warnings.append(f"{nulls} rows with a null {self.column!r} (they cannot advance the watermark)")
+        return table
+
+    def describe(self) -> str:
+        return f"EventTimeWatermark({self.column}, {self.delay_ms} ms)"
+
+
+class ParseJsonOp(PhysicalOp):
+    """parse_json: json_transform in DuckDB over the whole column; bad rows fail the batch (or go to
+    the dead-letter table), named by topic/partition/offset when the input carries them."""
+
+    def __init__(self, child: PhysicalOp, schema: Schema, column: str, keep: tuple[str, ...], dead_letter: Any,
+                 out_schema: pa.Schema):
+        super().__init__([child], out_schema)
+        self.json_schema, self.column, self.keep, self.dead_letter = schema, column, keep, dead_letter
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        from ..sources.file_formats import first_bad_json_row
+        table = self.children[0].execute(ctx)
+        con = duckdb_connection()
+        texts = table.column(self.column)
+        if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
+            texts = texts.cast(pa.string())  # zero-copy reinterpretation; invalid UTF-8 is caught by json_valid
+        texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+        bad = first_bad_json_row(con, texts, self.json_schema) if table.num_rows else None
+        if bad is not None:
+            if self.dead_letter is None:
+                raise MalformedInputError(ctx.where(
+                    f"parse_json({self.column!r}): {self._locate(table, bad[0])}: {bad[1]}. Fix the producer, or "
+                    "route bad rows with parse_json(..., dead_letter=inc.dead_letter.delta(path)); nothing of this batch "
+                    "was processed."))
+            table = self._route_dead_letters(ctx, con, table, texts)
+            texts = table.column(self.column)
+            if pa.types.is_binary(texts.type):
+                texts = texts.cast(pa.string())
+        parsed = self._transform(con, table, texts)
+        return parsed
+
+    def _transform(self, con, table: pa.Table, texts) -> pa.Table:
+        keep = {k: table.column(k) for k in self.keep}
+        t = pa.table({"__v": texts, **keep})
+        cols = ", ".join(f"__s.{quote_ident(f.name)} AS {quote_ident(f.name)}" for f in self.json_schema.fields)
+        kept = "".join(f", {quote_ident(k)}" for k in self.keep)
+        sql = (f"SELECT {cols}{kept} FROM (SELECT json_transform(__v, '{self.json_schema.duckdb_struct()}') AS __s{kept} "
+               f"FROM __pj)")
+        out = run_sql(sql, {"__pj": t}, con)
+        return out.cast(self.schema)
+
+    def _locate(self, table: pa.Table, row: int) -> str:
+        names = table.column_names
+        if {"topic", "partition", "offset"} <= set(names):
+            return (f"topic {table.column('topic')[row].as_py()}, partition {table.column('partition')[row].as_py()}, "
+                    f"offset {table.column('offset')[row].as_py()}")
+        return f"row {row} of the batch"
+
+    def _route_dead_letters(self, ctx: BatchContext, con, table: pa.Table, texts) -> pa.Table:
+        """Split off every bad row, hand them to the dead-letter target, return the good ones."""
+        from ..sources.file_formats import first_bad_json_row
+        good_mask = []
+        reasons = []
+        # vectorised classification: validity plus per-field type checks
+        import numpy as np
+        ok = np.ones(table.num_rows, dtype=bool)
+        remaining = texts
+        idx = np.arange(table.num_rows)
+        while True:
+            bad = first_bad_json_row(con, remaining, self.json_schema)
+            if bad is None:
+                break
+            ok[idx[bad[0]]] = False
+            reasons.append((int(idx[bad[0]]), bad[1]))
+            keep_mask = np.ones(len(remaining), dtype=bool)
+            keep_mask[: bad[0] + 1] = False
+            remaining = remaining.filter(pa.array(keep_mask))
+            idx = idx[keep_mask]
+        del good_mask
+        bad_rows = table.filter(pa.array(~ok))
+        reason_col = pa.array([r for _, r in sorted(reasons)], pa.string())
+        n = self.dead_letter.write(ctx, bad_rows, reason_col)
+        ctx.dead_letters[self.dead_letter.description] = ctx.dead_letters.get(self.dead_letter.description, 0) + n
+        return table.filter(pa.array(ok))
+
+    def describe(self) -> str:
+        return f"ParseJson({self.column}: {self.json_schema})"

@@ -1,0 +1,1 @@
+"""Logical plan nodes, validation against output modes, and the physical plan."""

@@ -1,0 +1,204 @@
+"""Compile a logical plan into physical operators for one output mode.
+
+Refusals (AnalysisException, before any batch runs) live in plan/validate.py; this module builds
+operators, assigns stable operator ids (state/<id>/ in the checkpoint) and derives schemas by
+running each SQL stage over an empty Arrow table, which also checks expressions up front.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from ..errors import AnalysisException
+from ..operators.base import PhysicalOp
+from ..operators.stateless import ParseJsonOp, ScanOp, SqlOp, StaticScanOp, WatermarkOp
+from ..sql import quote_ident, run_sql
+from . import nodes as n
+from . import validate
+
+#: node type -> builder(compiler, node) -> PhysicalOp; stateful operator modules register here
+BUILDERS: dict[type, Callable[["Compiler", Any], PhysicalOp]] = {}
+
+
+def register(node_type: type):
+    def deco(fn):
+        BUILDERS[node_type] = fn
+        return fn
+    return deco
+
+
+def _load_operator_modules() -> None:
+    import importlib
+    for mod in ("aggregate", "dedup", "join", "transform_with_state"):
+        try:
+            importlib.import_module(f"increments.operators.{mod}")
+        except ModuleNotFoundError as e:
+            if e.name != f"increments.operators.{mod}":
+                raise
+
+
+@dataclass
+class CompiledPlan:
+    root: PhysicalOp
+    sources: list[Any]
+    watermark_delays: dict[str, int]          # watermark id -> delay ms
+    stateful_ops: list[PhysicalOp]
+    output_mode: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def has_watermark_eviction(self) -> bool:
+        return any(op.evicts_by_watermark for op in self.stateful_ops)
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self.root.schema
+
+
+class Compiler:
+    def __init__(self, output_mode: str = "append", options: dict[str, Any] | None = None, check: bool = True):
+        self.output_mode = output_mode
+        self.options = options or {}
+        self.check = check
+        self.sources: list[Any] = []
+        self.watermark_delays: dict[str, int] = {}
+        self.stateful_ops: list[PhysicalOp] = []
+        self.warnings: list[str] = []
+        self._next_op = 0
+
+    def compile(self, node: n.Node) -> CompiledPlan:
+        _load_operator_modules()
+        if self.check:
+            validate.validate(node, self.output_mode)
+        node = push_filters_below_watermarks(node)
+        root = self.build(node)
+        return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings)
+
+    # -- building -----------------------------------------------------------------------
+    def next_operator_id(self, op: PhysicalOp) -> str:
+        op.operator_id = str(self._next_op)
+        self._next_op += 1
+        self.stateful_ops.append(op)
+        return op.operator_id
+
+    def build(self, node: n.Node) -> PhysicalOp:
+        if isinstance(node, n.SourceNode):
+            idx = len(self.sources)
+            self.sources.append(node.source)
+            return ScanOp(idx, node.source.schema(), node.source.description)
+        if isinstance(node, n.StaticNode):
+            return StaticScanOp(node.loader, node.loader.schema())
+        if isinstance(node, (n.Select, n.Filter, n.WithColumn, n.Sort, n.Limit)):
+            return self._sql(node)
+        if isinstance(node, n.Alias):
+            child = self.build(node.child)
+            child.alias = node.name  # type: ignore[attr-defined]
+            return child
+        if isinstance(node, n.ParseJson):
+            return self._parse_json(node)
+        if isinstance(node, n.WithWatermark):
+            child = self.build(node.child)
+            if node.column not in child.schema.names:
+                raise AnalysisException(f"with_watermark: no column {node.column!r} (columns: {child.schema.names})")
+            if not pa.types.is_timestamp(child.schema.field(node.column).type):
+                raise AnalysisException(f"with_watermark: column {node.column!r} is {child.schema.field(node.column).type}, "
+                                        "not a TIMESTAMP; declare it TIMESTAMP or cast it with with_column")
+            wid = str(len(self.watermark_delays))
+            self.watermark_delays[wid] = node.delay_ms
+            return WatermarkOp(child, node.column, node.delay_ms, wid)
+        builder = BUILDERS.get(type(node))
+        if builder is None:
+            raise AnalysisException(f"{type(node).__name__} is not supported on streams yet")
+        return builder(self, node)
+
+    def _sql(self, node: n.Node) -> PhysicalOp:
+        child = self.build(node.child)  # type: ignore[attr-defined]
+        stage, label = _stage(node, child.schema)
+        if isinstance(child, SqlOp):
+            stages, labels, base = child.stages + [stage], child.labels + [label], child.children[0]
+        else:
+            stages, labels, base = [stage], [label], child
+        op = SqlOp(base, stages, pa.schema([]), labels)
+        op.schema = _empty_schema(op.sql, base.schema, label)
+        op.event_time_cols = {k: v for k, v in base.event_time_cols.items() if k in op.schema.names}
+        return op
+
+    def _parse_json(self, node: n.ParseJson) -> PhysicalOp:
+        child = self.build(node.child)
+        if node.column not in child.schema.names:
+            raise AnalysisException(f"parse_json: no column {node.column!r} (columns: {child.schema.names})")
+        for k in node.keep:
+            if k not in child.schema.names:
+                raise AnalysisException(f"parse_json: keep column {k!r} not found (columns: {child.schema.names})")
+        fields = [pa.field(f.name, f.arrow_type) for f in node.schema.fields]
+        fields += [child.schema.field(k) for k in node.keep]
+        return ParseJsonOp(child, node.schema, node.column, node.keep, node.dead_letter, pa.schema(fields))
+
+
+def _stage(node: n.Node, schema: pa.Schema):
+    if isinstance(node, n.Select):
+        exprs = ", ".join(node.exprs)
+        return (lambda rel, e=exprs: f"SELECT {e} FROM {rel} AS __in"), f"Project[{exprs}]"
+    if isinstance(node, n.Filter):
+        cond = node.condition
+        return (lambda rel, c=cond: f"SELECT * FROM {rel} AS __in WHERE {c}"), f"Filter[{cond}]"
+    if isinstance(node, n.WithColumn):
+        name, e = quote_ident(node.name), node.expr
+        if node.name in schema.names:
+            return (lambda rel: f"SELECT * REPLACE (({e}) AS {name}) FROM {rel} AS __in"), f"WithColumn[{node.name}]"
+        return (lambda rel: f"SELECT *, ({e}) AS {name} FROM {rel} AS __in"), f"WithColumn[{node.name}]"
+    if isinstance(node, n.Sort):
+        order = ", ".join(node.exprs)
+        return (lambda rel: f"SELECT * FROM {rel} AS __in ORDER BY {order}"), f"Sort[{order}]"
+    if isinstance(node, n.Limit):
+        return (lambda rel: f"SELECT * FROM {rel} AS __in LIMIT {node.n}"), f"Limit[{node.n}]"
+    raise AssertionError(node)
+
+
+def _empty_schema(sql: str, input_schema: pa.Schema, label: str) -> pa.Schema:
+    try:
+        return run_sql(sql, {"__in": input_schema.empty_table()}).schema
+    except Exception as e:
+        raise AnalysisException(f"{label}: {e} (input columns: {input_schema.names})") from e
+
+
+def _mentions(expr: str, column: str) -> bool:
+    return re.search(r'(?<![\w."])"?' + re.escape(column) + r'"?(?![\w"])', expr) is not None
+
+
+def push_filters_below_watermarks(node: n.Node) -> n.Node:
+    """Spark pushes a filter that does not mention the event-time column below the watermark node,
+    so the rows it removes never feed the max event time (SEMANTICS.md rule 3). Do the same."""
+    if isinstance(node, n.Filter):
+        child = push_filters_below_watermarks(node.child)
+        if isinstance(child, n.WithWatermark) and not _mentions(node.condition, child.column):
+            return n.WithWatermark(push_filters_below_watermarks(n.Filter(child.child, node.condition)),
+                                   child.column, child.delay_ms)
+        return n.Filter(child, node.condition)
+    if isinstance(node, n.Unary):
+        import dataclasses
+        return dataclasses.replace(node, child=push_filters_below_watermarks(node.child))
+    if isinstance(node, n.Join):
+        import dataclasses
+        return dataclasses.replace(node, left=push_filters_below_watermarks(node.left),
+                                   right=push_filters_below_watermarks(node.right))
+    return node
+
+
+def output_schema(node: n.Node) -> pa.Schema:
+    return Compiler(check=False).compile(node).root.schema
+
+
+def explain(node: n.Node) -> str:
+    plan = Compiler(check=False).compile(node)
+    lines: list[str] = []
+
+    def rec(op: PhysicalOp, depth: int) -> None:
+        lines.append("  " * depth + op.describe())
+        for c in op.children:
+            rec(c, depth + 1)
+    rec(plan.root, 0)
+    return "\n".join(lines)

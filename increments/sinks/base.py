@@ -1,0 +1,49 @@
+"""The sink interface.
+
+Contract: `add_batch(ctx, batch_id, table)` may be called more than once for the same batch id
+(a redo after a crash before commits[N]); the sink must then leave the same output as one call
+(skip what it already holds, or replace it). It returns the rows it wrote and, where the system
+has one, the version it wrote (the Delta table version) for lineage.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+
+@dataclass
+class SinkContext:
+    query_id: str
+    query_name: str
+    output_mode: str
+    checkpoint: str
+    key_columns: list[str] = field(default_factory=list)   # result keys for update/complete modes
+
+
+@dataclass
+class SinkResult:
+    num_output_rows: int
+    version: Any = None
+    skipped_replay: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Sink(ABC):
+    supported_modes: tuple[str, ...] = ("append", "update", "complete")
+
+    @property
+    @abstractmethod
+    def description(self) -> str: ...
+
+    def open(self, ctx: SinkContext) -> None:
+        """Called once before the first batch (and in every process that runs write steps)."""
+        self.ctx = ctx
+
+    @abstractmethod
+    def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult: ...
+
+    def close(self) -> None:
+        pass

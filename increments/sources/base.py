@@ -1,0 +1,74 @@
+"""The source interface.
+
+Contract:
+- Offsets are JSON values. `initial_offset()` is the start of batch 0 (exclusive).
+- `latest_offset(start, limited)` is called only in the plan step; it may persist the source's
+  own metadata for the offset it returns (the file source's seen-files entry), but only in a
+  way that a plan which never reached offsets[N] leaves nothing observable.
+- `read(start, end)` must return the same rows every time it is called with the same offsets
+  (replay): that is what makes a redo of batch N exact.
+- `prepare_available_now()` fixes the target the AvailableNow trigger drains to; afterwards
+  `latest_offset` never goes past it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import pyarrow as pa
+
+
+class Source(ABC):
+    #: set by the planner: the source's position in the query and its checkpoint directory
+    index: int = 0
+    checkpoint_dir: str | None = None
+    query_name: str = ""
+
+    @property
+    @abstractmethod
+    def description(self) -> str: ...
+
+    @abstractmethod
+    def schema(self) -> pa.Schema: ...
+
+    def open(self, checkpoint_dir: str, index: int, query_name: str) -> None:
+        """Attach to the query's checkpoint (sources/<index>/) before the first plan."""
+        self.checkpoint_dir, self.index, self.query_name = checkpoint_dir, index, query_name
+
+    @abstractmethod
+    def initial_offset(self) -> Any: ...
+
+    @abstractmethod
+    def latest_offset(self, start: Any, limited: bool = True) -> Any:
+        """The end offset of the next batch from `start`; `start` if there is nothing new."""
+
+    @abstractmethod
+    def read(self, start: Any, end: Any) -> pa.Table: ...
+
+    def prepare_available_now(self) -> None:
+        """Fix the AvailableNow target at what is available now (default: nothing to fix)."""
+
+    def available_now_target(self) -> Any:
+        return None
+
+    def set_available_now_target(self, target: Any) -> None:
+        """Restore a drain's target (the Dagster drain stores it in the log)."""
+
+    def num_rows_hint(self, start: Any, end: Any) -> int | None:
+        return None
+
+    def has_new_data(self, start: Any, end: Any) -> bool:
+        return start != end
+
+    def commit(self, end: Any) -> None:
+        """Called after commits[N]; sources may clean up what they no longer need."""
+
+    def close(self) -> None:
+        pass
+
+    def backlog(self, end: Any) -> dict[str, Any] | None:
+        """What is available beyond `end` (for lag metrics), when the source can tell cheaply."""
+        return None
+
+    def fail(self, msg: str) -> str:
+        return f"query {self.query_name!r}, source {self.index} ({self.description}): {msg}"

@@ -1,0 +1,149 @@
+"""The versioned state store interface.
+
+A *store* holds the state of one (operator, partition) of a query, loaded at some version.
+Files live under ``<checkpoint_dir>/state/<operator>/<partition>/``.
+
+Version protocol (version == batch id)
+--------------------------------------
+* Batch N opens version N-1 (``-1`` = empty, before any commit), reads and writes, then
+  ``commit(N)``.  Every batch commits every partition, even with no changes (cheap).
+* ``abort()`` (or ``close()`` without commit) discards the batch's changes; the store is back
+  at the loaded version.
+* A redo of batch N opens N-1 again and commits N again: the new content replaces the old N
+  and any version above N is discarded.
+* Recovery rule: a crash between any two steps of a commit leaves version N-1 loadable; the
+  version N is either absent or complete (written atomically: temp file + rename), and the
+  next attempt produces the same version N.
+
+Threading: a store is used by one thread at a time; distinct (operator, partition) stores of
+one provider may be used from different threads.  At most one open store per
+(operator, partition) per provider.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Iterator
+
+
+class StateStoreError(RuntimeError):
+    """A state version cannot be loaded or committed."""
+
+
+@dataclass
+class StateMetrics:
+    num_rows_total: int = 0        # exact row count of the store (after uncommitted changes)
+    num_rows_updated: int = 0      # put() calls since load
+    num_rows_removed: int = 0      # existing rows deleted since load (delete + delete_range)
+    memory_used_bytes: int = 0     # approximate
+
+
+class StateStore(ABC):
+    """One (operator, partition) at ``version`` plus uncommitted changes.
+
+    After ``commit(v)`` the store is at version ``v`` and may keep being used for batch v+1.
+    """
+
+    operator: str
+    partition: int
+    version: int
+
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.get(k) for k in keys]
+
+    @abstractmethod
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    @abstractmethod
+    def delete(self, key: bytes) -> None: ...
+
+    @abstractmethod
+    def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Rows with start <= key < end (None = unbounded), ordered by key bytes.
+        The result reflects the state when the scan starts; writing while iterating is allowed."""
+
+    def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        from .encoding import prefix_end
+        return self.range_scan(prefix or None, prefix_end(prefix))
+
+    def iter_all(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.range_scan(None, None)
+
+    def delete_range(self, start: bytes | None, end: bytes | None) -> int:
+        """Delete rows with start <= key < end; returns the number of rows removed."""
+        keys = [k for k, _ in self.range_scan(start, end)]
+        for k in keys:
+            self.delete(k)
+        return len(keys)
+
+    @abstractmethod
+    def commit(self, version: int) -> int:
+        """Make ``version`` (== loaded version + 1) durable in the checkpoint; returns it."""
+
+    @abstractmethod
+    def abort(self) -> None: ...
+
+    @abstractmethod
+    def metrics(self) -> StateMetrics: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store; uncommitted changes are aborted."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_commit_version(self, version: int) -> None:
+        if version != self.version + 1:
+            raise StateStoreError(
+                f"operator {self.operator!r} partition {self.partition}: cannot commit version "
+                f"{version} on a store loaded at version {self.version} (expected {self.version + 1})")
+
+
+class StateStoreProvider(ABC):
+    """Opens stores of one checkpoint.  ``close()`` waits for background work and closes
+    every open store and working copy."""
+
+    def __init__(self, checkpoint_dir: str, *, changelog_checkpointing: bool = True,
+                 snapshot_interval: int = 10, retention_versions: int = 100):
+        if snapshot_interval < 1 or retention_versions < 1:
+            raise ValueError("snapshot_interval and retention_versions must be >= 1")
+        self.checkpoint_dir = str(checkpoint_dir)
+        self.changelog_checkpointing = changelog_checkpointing
+        self.snapshot_interval = snapshot_interval
+        self.retention_versions = retention_versions
+
+    @abstractmethod
+    def open(self, operator: str, partition: int, version: int) -> StateStore: ...
+
+    @abstractmethod
+    def latest_version(self, operator: str, partition: int) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+PROVIDERS = ("rocksdb", "memory")
+
+
+def make_provider(name: str, checkpoint_dir: str, **conf) -> StateStoreProvider:
+    """``name`` is "rocksdb" or "memory"; conf goes to the provider's constructor."""
+    if name == "memory":
+        from .memory import MemoryStateStoreProvider
+        return MemoryStateStoreProvider(checkpoint_dir, **conf)
+    if name == "rocksdb":
+        from .rocksdb_provider import RocksDBStateStoreProvider
+        return RocksDBStateStoreProvider(checkpoint_dir, **conf)
+    raise ValueError(f"unknown state_store {name!r}: expected one of {', '.join(PROVIDERS)}")
