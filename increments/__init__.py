@@ -42,3 +42,5 @@ def __getattr__(name: str):
 __all__ = ["functions", "read_stream", "read", "streams", "read_state", "state_view", "memory_table",
            "memory_batches", "StreamingQueryListener", "AnalysisException", "ConcurrentRunError", "DataLossError",
            "IncompatibleCheckpointError", "IncrementsError", "MalformedInputError", "StreamingQueryException"]
+from .stateful_processor import (ExpiredTimerInfo, ListState, MapState, StatefulProcessor,  # noqa: E402
+                                 StatefulProcessorHandle, TimerValues, ValueState)

@@ -74,6 +74,8 @@ class _Working:
         self.version, self.token, self.rows = version, token, rows
 
     def close(self) -> None:
+        # the column-family handle keeps the DB (and its LOCK) alive: drop it first
+        self.meta_cf = None
         try:
             self.db.close()
         except Exception:
@@ -109,7 +111,7 @@ class RocksDBStateStore(StateStore):
     def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         ov = self._overlay
         okeys = self._okeys.irange(start, end) if ov else []
-        ro = ReadOptions(raw_mode=True)
+        ro = ReadOptions()
         if end is not None:
             ro.set_iterate_upper_bound(end)
         it = (self._w.db.items(from_key=start, read_opt=ro) if start is not None
@@ -241,7 +243,12 @@ class RocksDBStateStoreProvider(StateStoreProvider):
         path = self._wpath(operator, partition)
         try:
             w = _Working(path)
-        except Exception:
+        except Exception as e:
+            if "lock" in str(e).lower():
+                raise StateStoreError(
+                    f"the working copy {path} of operator {operator!r} partition {partition} is "
+                    "in use by another provider or process (close it first, or pass local_dir)"
+                ) from e
             shutil.rmtree(path, ignore_errors=True)   # unreadable working copy: start over
             w = _Working(path)
         self._working[(operator, partition)] = w

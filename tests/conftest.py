@@ -47,3 +47,4 @@ def log_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return "sqlite:///" + str(tmp_path / "log.sqlite")
     return request.getfixturevalue("pg_url")
+from broker import *  # noqa: F401,F403  (the kafka_broker fixture; tests/broker.py)

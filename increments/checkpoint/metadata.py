@@ -35,6 +35,23 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
+def _create_once(path: str, body: Any) -> None:
+    """Create `path` with `body` unless it exists; two starters racing agree on one file (link is atomic)."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(body, f, sort_keys=True, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+
+
 @dataclass
 class CheckpointMetadata:
     location: str
@@ -53,8 +70,7 @@ class CheckpointMetadata:
         meta_path = os.path.join(location, "metadata.json")
         conf_path = os.path.join(location, "conf.json")
         if not os.path.exists(meta_path):
-            meta = {"id": str(uuid.uuid4()), "name": name, "created_at_ms": int(time.time() * 1000)}
-            atomic_write_json(meta_path, meta)
+            _create_once(meta_path, {"id": str(uuid.uuid4()), "name": name, "created_at_ms": int(time.time() * 1000)})
         meta = read_json(meta_path)
         fixed = read_json(conf_path) if os.path.exists(conf_path) else {}
         changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]

@@ -139,8 +139,9 @@ class CommitLog(MetadataLog):
             .where(sa.exists().where(o.c.query_id == self.query_id, o.c.batch_id == batch_id, o.c.owner == owner))
         try:
             with self.engine.begin() as conn:
-                res = conn.execute(self.table.insert().from_select(list(row), owned))
+                inserted = conn.execute(self.table.insert().from_select(list(row), owned)
+                                        .returning(self.table.c.batch_id)).first()
         except IntegrityError as e:
             raise EntryExists(f"commits[{batch_id}] exists for query {self.query_id}") from e
-        if res.rowcount != 1:
+        if inserted is None:
             raise PermissionError(f"offsets[{batch_id}] of query {self.query_id} is owned by another runner")

@@ -115,6 +115,7 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
     for op in plan.stateful_ops:
         conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
+        op.checkpoint_dir = checkpoint  # lets has_time_based_work read the op's sidecar files
     name = settings.query_name or opts.get("query_name")
     meta = CheckpointMetadata.open(checkpoint, name, conf)
     name = name or meta.query_id
@@ -123,7 +124,7 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
-    key_columns = [c for c in getattr(plan.root, "key_columns", [])]
+    key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
     sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns))
     for i, src in enumerate(plan.sources):
         src.open(checkpoint, i, name)

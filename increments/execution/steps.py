@@ -83,6 +83,27 @@ def _time_based_work(rt: QueryRuntime, last_off: OffsetsEntry | None, watermark:
     return any(op.has_time_based_work(watermark, now_ms) for op in rt.plan.stateful_ops)
 
 
+def load_plan(rt: QueryRuntime, batch_id: int) -> BatchPlan:
+    """Re-load batch N's plan from the log, for a step that runs in another process than plan.
+
+    Refuses (ConcurrentRunError) unless offsets[N] exists, commits[N] does not, and this runner
+    (rt.run_id) owns offsets[N]: a stale or duplicate runner can never re-apply a batch. Runners that
+    split the steps over processes stage the plan's durations as JSON "plan" (read back here).
+    """
+    from ..errors import ConcurrentRunError
+    entry = rt.log.get_offsets(batch_id)
+    where = rt.where(batch_id)
+    if entry is None:
+        raise ConcurrentRunError(f"{where}: offsets[{batch_id}] is not in the log; plan the batch first")
+    if rt.log.get_commit(batch_id) is not None:
+        raise ConcurrentRunError(f"{where} is already committed; run {rt.run_id} refuses to apply it again")
+    if entry.owner != rt.run_id:
+        raise ConcurrentRunError(f"{where} is owned by run {entry.owner} (attempt {entry.attempt}), not by run "
+                                 f"{rt.run_id}; this run stops without touching state or the sink")
+    durations = rt.staging.get_json(batch_id, "plan", None) or {"latest_offset": 0, "wal_commit": 0}
+    return BatchPlan(entry, entry.attempt > 1, time.time(), dict(durations))
+
+
 def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
     """Read (start, end] of every source and stage the rows; returns per-source row counts."""
     t0 = time.perf_counter()
@@ -110,8 +131,9 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
         output = rt.plan.root.execute(ctx)
         if output.schema != rt.plan.output_schema and output.num_rows == 0:
             output = rt.plan.output_schema.empty_table()
-        versions = rt.state.commit_all(e.batch_id)
+        # metrics before the commit: a commit resets the stores' per-batch counters
         state_ops = [_state_progress(rt, op, ctx) for op in rt.plan.stateful_ops]
+        versions = rt.state.commit_all(e.batch_id)
     except BaseException:
         rt.state.abort_all()
         raise

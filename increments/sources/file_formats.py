@@ -52,8 +52,9 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
     con.register("__diag", t)
     try:
         row = con.execute(
-            "SELECT i, v FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' AND NOT json_valid(v) ORDER BY i LIMIT 1").fetchone()
+            "SELECT i, v FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' AND NOT json_valid(v) ORDER BY i LIMIT 1").fetchall()
         if row:
+            row = row[0]
             return row[0], f"invalid JSON: {row[1][:200]!r}"
         for f in schema.fields:
             path = "$." + json.dumps(f.name) if not f.name.isidentifier() else "$." + f.name
@@ -61,12 +62,14 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
                 f"SELECT i, json_extract(v, ?)::VARCHAR FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' "
                 f"AND json_type(v, ?) NOT IN ('NULL') AND json_type(v, ?) IS NOT NULL "
                 f"AND TRY_CAST(json_extract_string(v, ?) AS {f.duckdb_type}) IS NULL ORDER BY i LIMIT 1",
-                [path, path, path, path]).fetchone()
+                [path, path, path, path]).fetchall()
             if row:
+                row = row[0]
                 return row[0], f"field {f.name!r} is {row[1][:100]}, which is not a {f.duckdb_type}"
         row = con.execute(
-            "SELECT i, v FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' AND json_type(v) <> 'OBJECT' ORDER BY i LIMIT 1").fetchone()
+            "SELECT i, v FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' AND json_type(v) <> 'OBJECT' ORDER BY i LIMIT 1").fetchall()
         if row:
+            row = row[0]
             return row[0], f"not a JSON object: {row[1][:200]!r}"
         return None
     finally:

@@ -1,0 +1,284 @@
+"""Streaming aggregation: plain keys and tumbling/sliding event-time windows (SEMANTICS.md rule 5).
+
+One batch (all vectorised in DuckDB/Arrow; Python touches each *group* once for the state store):
+    1. window assignment: each row -> every window [start, start+size) with start <= t < end,
+       starts aligned to the epoch (+ start offset) every `slide`; null event times are ignored
+    2. partial aggregation per (window, keys) and state partition (md5 of the keys)
+    3. late groups (append/update with a watermarked time key): window.end <= WL_b (or key <= WL_b
+       for a watermarked plain timestamp key) are dropped and counted (groups, not rows)
+    4. merge with the state (multi_get of the touched keys), put every touched group
+    5. emit: update -> every touched group, then evict end <= W_b silently;
+             append -> evict end <= W_b and emit exactly those (range scan + range delete);
+             complete -> every group in state (never evicted)
+State key: (window_end_us, window_start_us, *keys) | (time_key_us, *other keys) | (*keys), so
+closed windows are a key range; value: the accumulators (count, sum, min, max, avg sum+count,
+first, last). Recovery: the engine loads version N-1 and commits N, so a redo is exact.
+Session windows are built by session_window.py.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import AnalysisException
+from ..functions import AggExpr, SessionWindowSpec, WindowSpec
+from ..plan import nodes as n
+from ..plan.compiler import register
+from ..sql import run_sql
+from .base import BatchContext, PhysicalOp
+from .state_util import (columns_pylist, decode_rows, duck_type, encode_rows, partition_sql, q,
+                         split_by_partition, time_bound, to_arrays, us_to_ts, window_struct, write_schema_once)
+from state.encoding import encode_value
+
+
+class Accumulators:
+    """The accumulators of a list of AggExpr over an input schema: partial SQL, merge SQL, finalize."""
+
+    def __init__(self, aggs: tuple[AggExpr, ...], schema: pa.Schema, where: str):
+        self.aggs = aggs
+        self.accs: list[tuple[str, pa.DataType, str, str]] = []   # name, type, partial sql, merge kind
+        self.out_fields: list[pa.Field] = []
+        for a in aggs:
+            if a.func not in ("count", "sum", "min", "max", "avg", "first", "last"):
+                raise AnalysisException(f"{where}: unknown aggregate {a.func!r}")
+            if a.column is not None and a.column not in schema.names:
+                raise AnalysisException(f"{where}: {a.func}({a.column!r}): no such column (columns: {schema.names})")
+            t = schema.field(a.column).type if a.column is not None else None
+            c = q(a.column) if a.column is not None else None
+            name = a.output_name
+            if a.func == "count":
+                self.accs.append((name, pa.int64(), f"count({c})" if c else "count(*)", "add"))
+                self.out_fields.append(pa.field(name, pa.int64()))
+            elif a.func in ("sum", "avg"):
+                if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
+                    raise AnalysisException(f"{where}: {a.func}({a.column!r}) needs a numeric column, not {t}")
+                st = pa.int64() if pa.types.is_integer(t) and a.func == "sum" else pa.float64()
+                dt = "BIGINT" if st == pa.int64() else "DOUBLE"
+                self.accs.append((name + (".sum" if a.func == "avg" else ""), st, f"CAST(sum({c}) AS {dt})", "sum"))
+                if a.func == "avg":
+                    self.accs.append((name + ".count", pa.int64(), f"count({c})", "add"))
+                self.out_fields.append(pa.field(name, st))
+            elif a.func in ("min", "max"):
+                self.accs.append((name, t, f"{a.func}({c})", a.func))
+                self.out_fields.append(pa.field(name, t))
+            else:
+                self.accs.append((name, t, f"{a.func}({c} ORDER BY __rn)", a.func))
+                self.out_fields.append(pa.field(name, t))
+
+    @property
+    def types(self) -> list[pa.DataType]:
+        return [t for _, t, _, _ in self.accs]
+
+    def partial_sql(self) -> str:
+        return ", ".join(f"{sql} AS __a{i}" for i, (_, _, sql, _) in enumerate(self.accs))
+
+    def merge(self, new: pa.Table, old: list[tuple | None]) -> pa.Table:
+        """Accumulators of `new` (columns __a<i>) merged with the old value tuples (None = new group)."""
+        cols: dict[str, Any] = {f"__a{i}": new.column(f"__a{i}") for i in range(len(self.accs))}
+        for i, t in enumerate(self.types):
+            cols[f"__o{i}"] = pa.array([o[i] if o is not None else None for o in old], type=t)
+        cols["__existed"] = pa.array([o is not None for o in old], pa.bool_())
+        exprs = []
+        for i, (_, _, _, kind) in enumerate(self.accs):
+            a, o = f"__a{i}", f"__o{i}"
+            e = {"add": f"coalesce({o}, 0) + {a}",
+                 "sum": f"CASE WHEN {o} IS NULL THEN {a} WHEN {a} IS NULL THEN {o} ELSE {o} + {a} END",
+                 "min": f"least({o}, {a})", "max": f"greatest({o}, {a})",
+                 "first": f"CASE WHEN __existed THEN {o} ELSE {a} END", "last": a}[kind]
+            exprs.append(f"{e} AS __a{i}")
+        out = run_sql(f"SELECT {', '.join(exprs)} FROM __m", {"__m": pa.table(cols)})
+        return pa.table([out.column(i).cast(t) for i, t in enumerate(self.types)],
+                        names=[f"__a{i}" for i in range(len(self.accs))])
+
+    def finalize(self, acc_cols: list[pa.Array]) -> list[pa.Array]:
+        import pyarrow.compute as pc
+        out, i = [], 0
+        for a in self.aggs:
+            if a.func == "avg":
+                s, c = acc_cols[i], acc_cols[i + 1]
+                out.append(pc.if_else(pc.equal(c, 0), pa.scalar(None, pa.float64()),
+                                      pc.divide(s.cast(pa.float64()), c.cast(pa.float64()))))
+                i += 2
+            else:
+                out.append(acc_cols[i])
+                i += 1
+        return out
+
+    def value_fields(self) -> list[tuple[str, str]]:
+        return [(name, duck_type(t)) for name, t, _, _ in self.accs]
+
+
+class WindowAggregateOp(PhysicalOp):
+    stateful = True
+
+    def __init__(self, child: PhysicalOp, keys: tuple, aggs: tuple[AggExpr, ...], mode: str):
+        where = "group_by(...).agg"
+        cs = child.schema
+        windows = [k for k in keys if isinstance(k, WindowSpec)]
+        if len(windows) > 1:
+            raise AnalysisException(f"{where}: group by at most one F.window(...)")
+        self.window: WindowSpec | None = windows[0] if windows else None
+        for k in keys:
+            col = k.column if isinstance(k, WindowSpec) else k
+            if col not in cs.names:
+                raise AnalysisException(f"{where}: no column {col!r} (columns: {cs.names})")
+        if self.window and not pa.types.is_timestamp(cs.field(self.window.column).type):
+            raise AnalysisException(f"F.window({self.window.column!r}): the column must be a TIMESTAMP")
+        self.keys, self.mode = keys, mode
+        self.plain = [k for k in keys if isinstance(k, str)]
+        wm = child.event_time_cols
+        self.time_key: str | None = None   # watermarked plain timestamp key
+        if self.window is None:
+            self.time_key = next((k for k in self.plain if k in wm and pa.types.is_timestamp(cs.field(k).type)), None)
+        self.watermarked = (self.window is not None and self.window.column in wm) or self.time_key is not None
+        self.store_plain = [k for k in self.plain if k != self.time_key]
+        self.acc = Accumulators(aggs, cs, where)
+        fields = []
+        for k in keys:
+            if isinstance(k, WindowSpec):
+                ts = pa.timestamp("us", tz="UTC")
+                fields.append(pa.field(k.name, pa.struct([pa.field("start", ts), pa.field("end", ts)])))
+            else:
+                fields.append(cs.field(k))
+        super().__init__([child], pa.schema(fields + self.acc.out_fields))
+        self.event_time_cols = {}
+        self.key_columns = [k.name if isinstance(k, WindowSpec) else k for k in keys]
+
+    # -- description -------------------------------------------------------------------------
+    def _time_fields(self) -> list[tuple[str, str]]:
+        if self.window:
+            return [(f"{self.window.name}_end", "TIMESTAMPTZ"), (f"{self.window.name}_start", "TIMESTAMPTZ")]
+        if self.time_key:
+            return [(self.time_key, "TIMESTAMPTZ")]
+        return []
+
+    def key_fields(self) -> list[tuple[str, str]]:
+        cs = self.children[0].schema
+        return self._time_fields() + [(k, duck_type(cs.field(k).type)) for k in self.store_plain]
+
+    def state_schema(self) -> dict[str, Any]:
+        w = self.window
+        return {"key": self.key_fields(), "value": self.acc.value_fields(),
+                "window": [w.size_ms, w.slide_ms, w.start_ms] if w else None}
+
+    def describe(self) -> str:
+        return f"StateStoreSave[{self.operator_name}, keys={self.key_columns}, mode={self.mode}]"
+
+    # -- one batch ---------------------------------------------------------------------------
+    def _time_cols(self) -> list[str]:
+        return ["__we", "__ws"] if self.window else (["__tk"] if self.time_key else [])
+
+    def _partials(self, table: pa.Table, nparts: int) -> pa.Table:
+        """Window assignment + partial aggregation + partition, one DuckDB query."""
+        import numpy as np
+        table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        rel = "__in"
+        if self.window:
+            w = self.window
+            size, slide, off = w.size_ms * 1000, w.slide_ms * 1000, w.start_ms * 1000
+            nwin = math.ceil(size / slide)
+            c = q(w.column)
+            base = f"SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL"
+            last = f"(__t - (((__t - {off}) % {slide}) + {slide}) % {slide})"
+            rel = (f"(SELECT * FROM (SELECT b.*, {last} - r.k * {slide} AS __ws, {last} - r.k * {slide} + {size} AS __we "
+                   f"FROM ({base}) b CROSS JOIN range(0, {nwin}) AS r(k)) WHERE __we > __t)")
+        elif self.time_key:
+            rel = f"(SELECT *, epoch_us({q(self.time_key)}) AS __tk FROM __in)"
+        groups = self._time_cols() + [q(k) for k in self.store_plain]
+        gsql = ", ".join(groups)
+        pcols = (["__ws"] if self.window else []) + [q(k) for k in self.store_plain]
+        sel = (gsql + ", " if gsql else "") + self.acc.partial_sql()
+        sql = (f"SELECT {sel}, {partition_sql(pcols, nparts)} AS __p FROM {rel} AS __r"
+               + (f" GROUP BY {gsql}" if gsql else ""))
+        out = run_sql(sql, {"__in": table})
+        if not gsql and table.num_rows == 0:
+            return out.slice(0, 0)
+        return out
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        import pyarrow.compute as pc
+        table = self.children[0].execute(ctx)
+        stores = ctx.stores(self)
+        write_schema_once(self, ctx, self.key_fields(), self.acc.value_fields())
+        partials = self._partials(table, len(stores))
+        tcol = self._time_cols()[0] if self._time_cols() else None
+        if self.watermarked and self.mode != "complete" and partials.num_rows:
+            late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark_ms * 1000), False)
+            n_late = pc.sum(late).as_py() or 0
+            if n_late:
+                ctx.count_dropped(self, n_late)
+                partials = partials.filter(pc.invert(late))
+        keycols = self._time_cols() + self.store_plain
+        emitted: list[tuple[list[tuple], list[pa.Array]]] = []   # (key tuples, acc arrays) per part
+        evict = self.watermarked and self.mode in ("append", "update")
+        for p, part in enumerate(split_by_partition(partials, len(stores))):
+            store = stores[p]
+            if part.num_rows:
+                kcols = columns_pylist(part, keycols)
+                keys = encode_rows(kcols)
+                old = [None if v is None else _decode(v) for v in store.multi_get(keys)]
+                merged = self.acc.merge(part, old)
+                vals = list(zip(*[c.to_pylist() for c in merged.columns]))
+                for k, v in zip(keys, vals):
+                    store.put(k, encode_value(v))
+                if self.mode == "update":
+                    emitted.append((list(zip(*kcols)), [merged.column(i) for i in range(merged.num_columns)]))
+            if evict:
+                end = time_bound(ctx.watermark_ms)
+                if self.mode == "append":
+                    emitted.append(self._from_state(list(store.range_scan(None, end))))
+                store.delete_range(None, end)
+            if self.mode == "complete":
+                emitted.append(self._from_state(list(store.iter_all())))
+        return self._result(emitted)
+
+    def _from_state(self, rows: list[tuple[bytes, bytes]]) -> tuple[list[tuple], list[pa.Array]]:
+        keys, values = decode_rows(rows)
+        return keys, to_arrays(values, self.acc.types)
+
+    def _result(self, parts: list[tuple[list[tuple], list[pa.Array]]]) -> pa.Table:
+        keys = [k for ks, _ in parts for k in ks]
+        if not keys:
+            return self.schema.empty_table()
+        accs = [pa.concat_arrays([arrs[i].combine_chunks() if isinstance(arrs[i], pa.ChunkedArray) else arrs[i]
+                                  for ks, arrs in parts if ks]) for i in range(len(self.acc.types))]
+        cs = self.children[0].schema
+        ntime = len(self._time_cols())
+        by_name: dict[str, pa.Array] = {}
+        if self.window:
+            by_name[self.window.name] = window_struct(pa.array([k[1] for k in keys], pa.int64()),
+                                                      pa.array([k[0] for k in keys], pa.int64()))
+        elif self.time_key:
+            by_name[self.time_key] = us_to_ts(pa.array([k[0] for k in keys], pa.int64()), cs.field(self.time_key).type)
+        for i, name in enumerate(self.store_plain):
+            by_name[name] = pa.array([k[ntime + i] for k in keys], cs.field(name).type)
+        cols = [by_name[k] for k in self.key_columns] + self.acc.finalize(accs)
+        return pa.Table.from_arrays(cols, schema=self.schema)
+
+
+def _decode(v: bytes) -> tuple:
+    from state.encoding import decode_value
+    return decode_value(v)
+
+
+@register(n.Aggregate)
+def build_aggregate(compiler: Any, node: n.Aggregate) -> PhysicalOp:
+    if any(isinstance(k, SessionWindowSpec) for k in node.keys):
+        from .session_window import build_session_window
+        return build_session_window(compiler, node)
+    child = compiler.build(node.child)
+    mode = compiler.output_mode
+    op = WindowAggregateOp(child, node.keys, node.aggs, mode)
+    if mode == "append" and not op.watermarked:
+        raise AnalysisException(
+            "append output mode is not supported for a streaming aggregation without a watermark on its "
+            "event-time grouping: add .with_watermark(\"<event time column>\", \"<delay>\") before group_by and "
+            "group by F.window(\"<event time column>\", ...) (or use update or complete output mode)")
+    compiler.next_operator_id(op)
+    op.operator_name = "stateStoreSave"
+    # Spark runs a trailing no-data batch for append/update aggregations whenever the query has a
+    # watermark and it advanced (StateStoreSaveExec.shouldRunAnotherBatch)
+    op.evicts_by_watermark = mode in ("append", "update") and bool(compiler.watermark_delays)
+    return op

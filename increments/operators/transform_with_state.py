@@ -1,0 +1,282 @@
+"""transform_with_state: arbitrary stateful processing (Spark 4's TransformWithStateExec).
+
+Per batch N, for each state partition p (stores loaded at N-1, committed as N by the engine):
+
+    rows  = child rows; if the input has a watermarked event-time column, drop rows with
+            event_time <= W_{N-1} (late) and count them
+    part  = rows of p (md5 of the key columns, as every stateful operator: state_util.partition_sql)
+    proc  = shallow copy of the user's processor; proc.init(handle(store p, now, W_N))
+    for each grouping key of part (first-appearance order): proc.handle_input_rows(key, rows, tv)
+    fire timers of p with expiry <= now (processing_time) or <= W_N (event_time), in (expiry, key)
+            order, each deleted then handed to proc.handle_expired_timer(key, tv, info)
+    TTL cleanup: state whose expiry <= now is removed (reads already treat it as absent)
+    proc.close()
+
+"now" is ctx.timestamp_ms, the batch's processing time recorded in offsets[N], so a redo after a
+crash sees the same clock, fires the same timers and expires the same state: the output and the
+state of batch N are identical on replay (exactly-once with an idempotent sink).
+
+Time-based batches: in event_time mode the operator evicts by watermark (a no-data batch runs when
+the watermark advanced, SEMANTICS.md rule 2). In processing_time mode, after each batch the earliest
+registered timer is written to state/<op>/_next_timer.json (a sidecar; the redo path of the plan
+never reads it, and the non-redo path only runs once the batch that wrote it committed), and
+`has_time_based_work` asks for a no-data batch when that timer is due.
+
+State layout (one keyspace per partition; state/encoding order-preserving keys), every key is
+(kind, name, *grouping key, sub: bytes), see increments/stateful_processor.py:
+  value/<name>, list/<name>, map/<name> (sub = encoded map key), timer/"" (sub = encoded expiry),
+  ~timer/<padded expiry> and ~ttl/<padded expiry> (time-ordered indexes for range scans).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state.encoding import decode_key, decode_value, encode_key, encode_value
+
+from ..plan import nodes as n
+from ..plan.compiler import register
+from ..sql import run_sql
+from ..stateful_processor import (LIST, TIMER, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
+                                  StatefulProcessorHandle, TimerValues, pad_ms, unpad_ms)
+from .base import BatchContext, PhysicalOp
+from .state_util import duck_type, partition_sql, split_by_partition, write_schema_once
+
+SIDECAR = "_next_timer.json"
+_VALUE_FIELDS = [("value", "STRUCT"), ("expires_at_ms", "BIGINT"), ("map_key", "STRUCT"),
+                 ("list_values", "LIST"), ("list_expires_at_ms", "LIST")]
+
+
+class TransformWithStateOp(PhysicalOp):
+    stateful = True
+
+    def __init__(self, child: PhysicalOp, keys: tuple[str, ...], processor: Any, schema: pa.Schema,
+                 time_mode: str | None, output_mode: str):
+        super().__init__([child], schema)
+        self.keys, self.processor, self.time_mode, self.tws_output_mode = list(keys), processor, time_mode, output_mode
+        self.operator_name = "transformWithStateExec"
+        self.evicts_by_watermark = time_mode == "event_time"
+        self.input_event_time = next(iter(child.event_time_cols), None)
+        self.checkpoint_dir: str | None = None     # set by build_runtime (for has_time_based_work)
+        self.event_time_cols = {}                  # output rows carry no watermark (Spark resets it)
+
+    def describe(self) -> str:
+        return (f"TransformWithState({type(self.processor).__name__}, keys={self.keys}, time_mode={self.time_mode}, "
+                f"output_mode={self.tws_output_mode})")
+
+    def state_schema(self) -> dict[str, Any]:
+        child = self.children[0].schema
+        key = [("kind", "VARCHAR"), ("name", "VARCHAR")] + [(k, duck_type(child.field(k).type)) for k in self.keys]
+        return {"key": [list(f) for f in key + [("sub", "BLOB")]], "value": [list(f) for f in _VALUE_FIELDS],
+                "time_mode": self.time_mode}
+
+    # -- time-based work ------------------------------------------------------------------
+    def _sidecar(self, checkpoint: str | None) -> str | None:
+        return os.path.join(checkpoint, "state", self.operator_id, SIDECAR) if checkpoint else None
+
+    def has_time_based_work(self, watermark_ms: int, timestamp_ms: int) -> bool:
+        """True when a processing-time timer is due (reads the small sidecar of the last batch)."""
+        path = self._sidecar(self.checkpoint_dir)
+        if self.time_mode != "processing_time" or path is None:
+            return False
+        try:
+            with open(path) as f:
+                nxt = json.load(f).get("next_processing_timer_ms")
+        except (FileNotFoundError, ValueError):
+            return False
+        return nxt is not None and nxt <= timestamp_ms
+
+    # -- the batch ------------------------------------------------------------------------
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        table = self._drop_late(ctx, self.children[0].execute(ctx))
+        stores = ctx.stores(self)
+        write_schema_once(self, ctx, self.state_schema()["key"], self.state_schema()["value"])
+        part_col = run_sql(f"SELECT {partition_sql([_q(k) for k in self.keys], len(stores))} AS __p FROM __in",
+                           {"__in": table}).column("__p") if table.num_rows else pa.array([], pa.int32())
+        parts = split_by_partition(table.append_column("__p", part_col), len(stores))
+        now = ctx.timestamp_ms
+        wm = ctx.watermark_ms if self.time_mode == "event_time" else -1
+        out = _Output(self.schema, ctx)
+        metrics: dict[str, int] = {}
+        next_timer: int | None = None
+        for p, store in enumerate(stores):
+            handle = StatefulProcessorHandle(store, self.time_mode, now, wm, _query_info(ctx))
+            proc = copy.copy(self.processor)
+            proc.init(handle)
+            tv = TimerValues(now, wm)
+            self._input_rows(proc, handle, parts[p].drop_columns(["__p"]), tv, out, ctx)
+            if self.time_mode is not None:
+                self._fire_timers(proc, handle, now if self.time_mode == "processing_time" else wm, tv, out, ctx)
+            handle.metrics["num_values_removed_due_to_ttl_expiry"] += _ttl_cleanup(store, now)
+            handle._key = None
+            proc.close()
+            for k, v in handle.metrics.items():
+                metrics[k] = metrics.get(k, 0) + int(v)
+            if self.time_mode == "processing_time":
+                first = next(iter(store.range_scan(encode_key((TIMER_INDEX,)), encode_key((TIMER_INDEX + "\x00",)))), None)
+                if first is not None:
+                    t = unpad_ms(decode_key(first[0])[1])
+                    next_timer = t if next_timer is None else min(next_timer, t)
+        if self.time_mode == "processing_time":
+            from state.files import write_json
+            write_json(self._sidecar(ctx.state.checkpoint), {"batch_id": ctx.batch_id, "next_processing_timer_ms": next_timer})
+        ctx.custom_metrics[self.operator_id] = {"custom_metrics": metrics}
+        return out.table()
+
+    def _drop_late(self, ctx: BatchContext, table: pa.Table) -> pa.Table:
+        """Rows with event_time <= W_{N-1} are late (as Spark's late-event filter); nulls are kept."""
+        col = self.input_event_time
+        if col is None or table.num_rows == 0:
+            return table
+        ms = pc.divide(table.column(col).cast(pa.int64()), 1000)
+        late = pc.fill_null(pc.less_equal(ms, ctx.late_watermark_ms), False)
+        dropped = pc.sum(late.cast(pa.int64())).as_py() or 0
+        if dropped:
+            ctx.count_dropped(self, dropped)
+            table = table.filter(pc.invert(late))
+        return table
+
+    def _input_rows(self, proc: Any, handle: StatefulProcessorHandle, part: pa.Table, tv: TimerValues,
+                    out: "_Output", ctx: BatchContext) -> None:
+        if part.num_rows == 0:
+            return
+        idx = part.append_column("__row", pa.array(range(part.num_rows), pa.int64()))
+        groups = idx.group_by(self.keys, use_threads=False).aggregate([("__row", "list")])
+        rows = part.to_pylist()
+        keys = groups.select(self.keys).to_pylist()
+        for key_d, members in zip(keys, groups.column("__row_list").to_pylist()):
+            key = tuple(key_d[k] for k in self.keys)
+            handle._key = key
+            try:
+                out.add(proc.handle_input_rows(key, iter([rows[i] for i in members]), tv))
+            except Exception as e:
+                raise type(e)(ctx.where(f"{type(proc).__name__}.handle_input_rows(key={key!r}) failed: {e}")) from e
+
+    def _fire_timers(self, proc: Any, handle: StatefulProcessorHandle, limit: int, tv: TimerValues,
+                     out: "_Output", ctx: BatchContext) -> None:
+        store = handle._store
+        due = [decode_key(k) for k, _ in store.range_scan(encode_key((TIMER_INDEX,)),
+                                                          encode_key((TIMER_INDEX, pad_ms(limit + 1))))]
+        for k in due:
+            expiry, key = unpad_ms(k[1]), tuple(k[2:-1])
+            handle._key = key
+            if store.get(encode_key((TIMER, "") + key + (encode_key((expiry,)),))) is None:
+                continue                        # deleted by an earlier handler of this batch
+            handle.delete_timer(expiry)
+            handle.metrics["num_deleted_timers"] -= 1
+            handle.metrics["num_expired_timers"] += 1
+            try:
+                out.add(proc.handle_expired_timer(key, tv, ExpiredTimerInfo(expiry)))
+            except Exception as e:
+                raise type(e)(ctx.where(f"{type(proc).__name__}.handle_expired_timer(key={key!r}, expiry={expiry}) "
+                                        f"failed: {e}")) from e
+
+
+def _ttl_cleanup(store: Any, now: int) -> int:
+    """Remove state whose expiry <= now, found through the ~ttl index; returns values removed."""
+    removed = 0
+    for k, _ in list(store.range_scan(encode_key((TTL_INDEX,)), encode_key((TTL_INDEX, pad_ms(now + 1))))):
+        store.delete(k)
+        parts = decode_key(k)
+        kind, name, sub = decode_key(parts[-1])
+        target = encode_key((kind, name) + tuple(parts[2:-1]) + (sub,))
+        b = store.get(target)
+        if b is None:
+            continue
+        p = decode_value(b)
+        if kind == LIST:
+            keep = [i for i, e in enumerate(p[4]) if e is None or e > now]
+            removed += len(p[4]) - len(keep)
+            if not keep:
+                store.delete(target)
+            elif len(keep) < len(p[4]):
+                store.put(target, encode_value((None, None, None, [p[3][i] for i in keep], [p[4][i] for i in keep])))
+        elif p[1] is not None and p[1] <= now:
+            store.delete(target)
+            removed += 1
+    return removed
+
+
+class _Output:
+    """Collects what the handlers return (dicts, tuples, Arrow tables/batches, pandas frames)."""
+
+    def __init__(self, schema: pa.Schema, ctx: BatchContext):
+        self.schema, self.ctx = schema, ctx
+        self.rows: list[dict] = []
+        self.tables: list[pa.Table] = []
+
+    def add(self, result: Any) -> None:
+        if result is None:
+            return
+        if isinstance(result, (pa.Table, pa.RecordBatch, dict)) or _is_pandas(result):
+            result = [result]
+        for item in result:
+            if isinstance(item, dict):
+                self.rows.append(item)
+            elif isinstance(item, (tuple, list)):
+                self.rows.append(dict(zip(self.schema.names, item)))
+            elif isinstance(item, (pa.Table, pa.RecordBatch)) or _is_pandas(item):
+                self._flush()
+                t = pa.Table.from_pandas(item, preserve_index=False) if _is_pandas(item) else pa.table(item)
+                self.tables.append(self._conform(t))
+            elif item is not None:
+                raise TypeError(self.ctx.where(f"transform_with_state: a handler produced {type(item).__name__}; "
+                                               "yield dicts, tuples, Arrow tables/record batches or pandas DataFrames"))
+
+    def _conform(self, t: pa.Table) -> pa.Table:
+        missing = [c for c in self.schema.names if c not in t.column_names]
+        if missing:
+            raise ValueError(self.ctx.where(f"transform_with_state: output lacks columns {missing} of the declared "
+                                            f"output schema {self.schema}"))
+        return t.select(self.schema.names).cast(self.schema)
+
+    def _flush(self) -> None:
+        if self.rows:
+            try:
+                self.tables.append(pa.Table.from_pylist(self.rows, schema=self.schema))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+                raise ValueError(self.ctx.where(f"transform_with_state: output rows do not match the declared output "
+                                                f"schema {self.schema}: {e}")) from e
+            self.rows = []
+
+    def table(self) -> pa.Table:
+        self._flush()
+        return pa.concat_tables(self.tables) if self.tables else self.schema.empty_table()
+
+
+def _is_pandas(x: Any) -> bool:
+    return type(x).__name__ == "DataFrame" and type(x).__module__.startswith("pandas")
+
+
+def _q(name: str) -> str:
+    from ..sql import quote_ident
+    return quote_ident(name)
+
+
+def _query_info(ctx: BatchContext) -> QueryInfo:
+    return QueryInfo(ctx.query_name, "", ctx.batch_id)
+
+
+@register(n.TransformWithState)
+def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
+    from ..errors import AnalysisException
+    child = compiler.build(node.child)
+    missing = [k for k in node.keys if k not in child.schema.names]
+    if missing:
+        raise AnalysisException(f"transform_with_state: grouping columns {missing} not found (columns: {child.schema.names})")
+    if not node.keys:
+        raise AnalysisException("transform_with_state needs group_by(<key columns>) first")
+    if not callable(getattr(node.processor, "handle_input_rows", None)):
+        raise AnalysisException("transform_with_state: the processor must be a StatefulProcessor "
+                                "(with handle_input_rows(key, rows, timer_values))")
+    if node.output_mode not in ("append", "update"):
+        raise AnalysisException(f"transform_with_state: output_mode {node.output_mode!r}; use 'append' or 'update'")
+    op = TransformWithStateOp(child, node.keys, node.processor, node.output_schema.to_arrow(), node.time_mode,
+                              node.output_mode)
+    compiler.next_operator_id(op)
+    return op

@@ -1,0 +1,92 @@
+"""format("delta"): exactly-once writes to a Delta table (deltalake).
+
+Every commit carries the Delta app transaction (app_id = query id, version = batch id), written
+atomically with the data. Recovery rule: before writing batch N the sink reads the table's
+transaction version for the query; if it is >= N the batch is already in the table (a redo after a
+crash between the sink commit and commits[N]) and nothing is written.
+
+- append: one append commit per batch (an empty batch writes nothing).
+- update: one MERGE on the result keys (SinkContext.key_columns): matched rows are replaced,
+  others inserted. Without keys the sink refuses update mode.
+- complete: one overwrite commit with the whole result (also when it is empty).
+
+`add_batch` returns the table version it wrote (or the current one on a skipped replay) for lineage.
+Options: `partition_by` (comma-separated columns, used when the table is created), `storage_options`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from .base import Sink, SinkResult
+
+
+def commit_properties(app_id: str, batch_id: int):
+    from deltalake import CommitProperties, Transaction
+    return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))])
+
+
+def transaction_version(path: str, app_id: str, storage_options: dict | None = None) -> int | None:
+    """The last batch id committed by `app_id` into the Delta table at `path` (None: none, or no table)."""
+    from deltalake import DeltaTable
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+        return None
+    v = DeltaTable(path, storage_options=storage_options).transaction_version(app_id)
+    return None if v is None else int(v)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class DeltaSink(Sink):
+    def __init__(self, path: str | None, options: dict[str, Any] | None = None):
+        if not path:
+            raise ValueError("format('delta') needs a table path: .start('lake/gold/table')")
+        self.path = path if "://" in path else os.path.abspath(path)
+        options = dict(options or {})
+        pb = options.get("partition_by") or options.get("partitionBy")
+        self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else None)
+        self.storage_options = options.get("storage_options")
+
+    @property
+    def description(self) -> str:
+        return f"DeltaSink[{self.path}]"
+
+    def _table(self):
+        from deltalake import DeltaTable
+        if not DeltaTable.is_deltatable(self.path, storage_options=self.storage_options):
+            return None
+        return DeltaTable(self.path, storage_options=self.storage_options)
+
+    def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
+        """See the module doc: skip when the table holds this query's batch, else one commit."""
+        from deltalake import write_deltalake
+        app_id = self.ctx.query_id
+        dt = self._table()
+        if dt is not None:
+            done = dt.transaction_version(app_id)
+            if done is not None and int(done) >= batch_id:
+                return SinkResult(0, version=dt.version(), skipped_replay=True)
+        mode = self.ctx.output_mode
+        props = commit_properties(app_id, batch_id)
+        if mode == "append" and table.num_rows == 0:
+            return SinkResult(0, version=dt.version() if dt is not None else None)
+        if mode == "update" and dt is not None:
+            keys = list(self.ctx.key_columns)
+            if not keys:
+                raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
+            if table.num_rows == 0:
+                return SinkResult(0, version=dt.version())
+            pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+            (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props)
+               .when_matched_update_all().when_not_matched_insert_all().execute())
+        else:
+            write_deltalake(self.path, table, mode="overwrite" if mode == "complete" else "append",
+                            partition_by=self.partition_by if dt is None else None, commit_properties=props,
+                            storage_options=self.storage_options,
+                            schema_mode="overwrite" if mode == "complete" else None)
+        version = self._table().version()
+        return SinkResult(table.num_rows, version=version)

@@ -1,0 +1,171 @@
+"""format("postgres"): exactly-once writes to a PostgreSQL table through SQLAlchemy (psycopg 3).
+
+Options: `url` (SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db), `table` (optionally
+schema-qualified "schema.table").
+
+Each batch is ONE transaction that (1) locks and reads this query's row in the marker table
+`increments_sink_batches(query_id, target, last_batch_id)`, (2) writes the rows, (3) sets the
+marker to the batch id. Recovery rule: a batch whose id is <= the marker is already in the table
+(a redo after a crash between this commit and commits[N]) and is skipped; a crash before this
+commit leaves nothing. The row lock on the marker also serialises two runners of one query.
+
+- append: COPY the rows in.
+- update: COPY into a temporary table, then INSERT ... ON CONFLICT (keys) DO UPDATE. The sink
+  creates the table with PRIMARY KEY (keys); an existing table needs a unique index on them.
+- complete: DELETE every row, then COPY the whole result (readers never see a partial table).
+
+The table is created from the Arrow schema on the first batch. Struct columns (e.g. `window`)
+are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type.
+"""
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import sqlalchemy as sa
+
+from .base import Sink, SinkResult
+
+MARKER = "increments_sink_batches"
+
+
+def pg_type(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
+        return "SMALLINT"
+    if pa.types.is_int32(t) or pa.types.is_uint16(t):
+        return "INTEGER"
+    if pa.types.is_integer(t):
+        return "BIGINT"
+    if pa.types.is_float32(t):
+        return "REAL"
+    if pa.types.is_floating(t):
+        return "DOUBLE PRECISION"
+    if pa.types.is_decimal(t):
+        return f"NUMERIC({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "BYTEA"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "TEXT"
+    raise TypeError(f"format('postgres'): no PostgreSQL type for Arrow {t}; cast the column in a select first")
+
+
+def flatten(table: pa.Table) -> pa.Table:
+    """Struct columns -> <name>_<field> columns (recursively); binary -> \\x hex text for COPY."""
+    cols, names = [], []
+    for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_struct(col.type):
+            sub = flatten(pa.Table.from_arrays(col.combine_chunks().flatten(), names=[f.name for f in col.type]))
+            cols += sub.columns
+            names += [f"{name}_{n}" for n in sub.column_names]
+        else:
+            cols.append(col)
+            names.append(name)
+    return pa.Table.from_arrays(cols, names=names)
+
+
+def _csv_ready(table: pa.Table) -> pa.Table:
+    cols = []
+    for col in table.columns:
+        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            col = pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
+        elif pa.types.is_timestamp(col.type) and col.type.tz:
+            col = pc.strftime(col, "%Y-%m-%dT%H:%M:%S.%f+00:00")
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class PostgresSink(Sink):
+    def __init__(self, options: dict[str, Any]):
+        self.url = options.get("url")
+        self.table = options.get("table") or options.get("dbtable")
+        if not self.url or not self.table:
+            raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
+                             ".option('table', 'name')")
+        parts = str(self.table).split(".")
+        self.qtable = ".".join(_q(p) for p in parts)
+        self._engine = None
+
+    @property
+    def description(self) -> str:
+        return f"PostgresSink[{self.table}]"
+
+    def engine(self) -> sa.Engine:
+        if self._engine is None:
+            self._engine = sa.create_engine(self.url, poolclass=sa.pool.NullPool)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
+        """One transaction: marker check -> rows -> marker = batch_id (module doc)."""
+        table = flatten(table)
+        keys = list(self.ctx.key_columns)
+        mode = self.ctx.output_mode
+        if mode == "update" and not keys:
+            raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
+        with self.engine().begin() as conn:
+            conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {MARKER} (query_id TEXT NOT NULL, target TEXT NOT NULL, "
+                                 "last_batch_id BIGINT NOT NULL, PRIMARY KEY (query_id, target))"))
+            conn.execute(sa.text(f"INSERT INTO {MARKER} VALUES (:q, :t, -1) ON CONFLICT DO NOTHING"),
+                         {"q": self.ctx.query_id, "t": self.table})
+            last = conn.execute(sa.text(f"SELECT last_batch_id FROM {MARKER} WHERE query_id = :q AND target = :t "
+                                        "FOR UPDATE"), {"q": self.ctx.query_id, "t": self.table}).scalar_one()
+            if last >= batch_id:
+                return SinkResult(0, version=batch_id, skipped_replay=True)
+            self._create(conn, table.schema, keys if mode == "update" else [])
+            if mode == "complete":
+                conn.execute(sa.text(f"DELETE FROM {self.qtable}"))
+            if mode == "update" and table.num_rows:
+                self._upsert(conn, table, keys)
+            elif table.num_rows:
+                self._copy(conn, self.qtable, table)
+            conn.execute(sa.text(f"UPDATE {MARKER} SET last_batch_id = :b WHERE query_id = :q AND target = :t"),
+                         {"b": batch_id, "q": self.ctx.query_id, "t": self.table})
+        return SinkResult(table.num_rows, version=batch_id)
+
+    def _create(self, conn, schema: pa.Schema, keys: list[str]) -> None:
+        cols = ", ".join(f"{_q(f.name)} {pg_type(f.type)}" for f in schema)
+        pk = f", PRIMARY KEY ({', '.join(_q(k) for k in self._flat_keys(schema, keys))})" if keys else ""
+        conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {self.qtable} ({cols}{pk})"))
+
+    @staticmethod
+    def _flat_keys(schema: pa.Schema, keys: list[str]) -> list[str]:
+        out = []
+        for k in keys:
+            out += [n for n in schema.names if n == k or n.startswith(k + "_")] if k not in schema.names else [k]
+        return out
+
+    def _copy(self, conn, qtable: str, table: pa.Table) -> None:
+        buf = io.BytesIO()
+        pacsv.write_csv(_csv_ready(table), buf, pacsv.WriteOptions(include_header=False))
+        cols = ", ".join(_q(c) for c in table.column_names)
+        raw = conn.connection.driver_connection
+        with raw.cursor() as cur:
+            with cur.copy(f"COPY {qtable} ({cols}) FROM STDIN WITH (FORMAT csv)") as cp:
+                cp.write(buf.getvalue())
+
+    def _upsert(self, conn, table: pa.Table, keys: list[str]) -> None:
+        flat_keys = self._flat_keys(table.schema, keys)
+        conn.execute(sa.text(f"CREATE TEMP TABLE __inc_upsert (LIKE {self.qtable}) ON COMMIT DROP"))
+        self._copy(conn, "__inc_upsert", table)
+        cols = ", ".join(_q(c) for c in table.column_names)
+        sets = ", ".join(f"{_q(c)} = EXCLUDED.{_q(c)}" for c in table.column_names if c not in flat_keys)
+        action = f"DO UPDATE SET {sets}" if sets else "DO NOTHING"
+        conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert "
+                             f"ON CONFLICT ({', '.join(_q(k) for k in flat_keys)}) {action}"))

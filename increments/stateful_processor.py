@@ -1,0 +1,386 @@
+"""The user API of transform_with_state (PySpark 4's pyspark.sql.streaming.stateful_processor, in
+snake_case): StatefulProcessor, its handle, value / list / map state, timer values and TTL.
+
+    class CountPerUser(inc.StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.get_value_state("count", "n BIGINT", ttl="1 hour")
+
+        def handle_input_rows(self, key, rows, timer_values):
+            n = (self.count.get() or (0,))[0] + sum(1 for _ in rows)
+            self.count.update((n,))
+            yield {"user_id": key[0], "n": n}
+
+    events.group_by("user_id").transform_with_state(CountPerUser(), "user_id STRING, n BIGINT",
+                                                     time_mode="processing_time")
+
+Contracts
+---------
+* `handle_input_rows(key, rows, timer_values)`: `key` is the tuple of grouping values, `rows` an
+  iterator of dicts (column -> Python value; TIMESTAMP columns are tz-aware UTC datetimes). It may
+  return/yield dicts, tuples (in output-schema order), pyarrow Tables / RecordBatches or pandas
+  DataFrames matching the output schema, or nothing.
+* `handle_expired_timer(key, timer_values, expired_timer_info)`: same outputs; the timer is
+  already deleted when it is called.
+* State values are tuples in the declared schema's field order; they are returned as named tuples
+  (`row.n` or `row[0]`). `update`/`put` accept a tuple, a dict, or a bare value for one field.
+* State is always that of the current grouping key (implicit key, as in Spark): operations on
+  state objects are valid inside handle_input_rows / handle_expired_timer only.
+* "Now" is deterministic: processing time is the batch's timestamp recorded in offsets[N], the
+  watermark is the batch's eviction watermark W_N, so a redo of a batch sees the same clock.
+* TTL (`ttl=` ms, a duration string or a timedelta) is processing-time based and needs
+  time_mode "processing_time" or "event_time": a value written at batch time T expires at T + ttl
+  (expired iff expiry <= batch time); expired values read as absent and are removed at the end of
+  the batch. List elements and map entries expire one by one.
+* `init(handle)` runs once per state partition per batch on a fresh shallow copy of the processor,
+  `close()` after that partition's work; don't keep data in processor attributes across batches:
+  keep it in state, which is exactly-once across crashes.
+"""
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+from typing import Any, Iterable, Iterator
+
+from state.encoding import decode_key, decode_value, encode_key, encode_value, prefix_end
+
+from .types import parse_schema
+
+# --- state key layout (every key: (kind, name, *grouping key, sub: bytes)) ------------------
+VALUE, LIST, MAP, TIMER = "value", "list", "map", "timer"
+TIMER_INDEX, TTL_INDEX = "~timer", "~ttl"     # name = padded expiry: range scans by time
+_PAD = 1 << 62
+EMPTY = encode_value(())                      # payload of timer and index rows
+
+
+def pad_ms(ms: int) -> str:
+    """A string whose order is the order of the int ms (for the time-ordered index keys)."""
+    return f"{int(ms) + _PAD:020d}"
+
+
+def unpad_ms(s: str) -> int:
+    return int(s) - _PAD
+
+
+def _ttl_ms(ttl: Any) -> int | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, _dt.timedelta):
+        return int(ttl.total_seconds() * 1000)
+    from .durations import parse_duration_ms
+    ms = parse_duration_ms(ttl)
+    if ms <= 0:
+        raise ValueError(f"ttl must be positive, got {ttl!r}")
+    return ms
+
+
+class TimerValues:
+    def __init__(self, processing_time_ms: int, watermark_ms: int):
+        self._pt, self._wm = processing_time_ms, watermark_ms
+
+    def get_current_processing_time_in_ms(self) -> int:
+        """The batch's processing time (recorded in offsets[N]: the same on a redo)."""
+        return self._pt
+
+    def get_current_watermark_in_ms(self) -> int:
+        """The batch's eviction watermark in event_time mode; -1 in the other modes."""
+        return self._wm
+
+    getCurrentProcessingTimeInMs = get_current_processing_time_in_ms
+    getCurrentWatermarkInMs = get_current_watermark_in_ms
+
+
+class ExpiredTimerInfo:
+    def __init__(self, expiry_ms: int):
+        self._expiry = expiry_ms
+
+    def get_expiry_time_in_ms(self) -> int:
+        return self._expiry
+
+    getExpiryTimeInMs = get_expiry_time_in_ms
+
+
+class QueryInfo:
+    def __init__(self, query_id: str, run_id: str, batch_id: int):
+        self._q, self._r, self._b = query_id, run_id, batch_id
+
+    def get_query_id(self) -> str:
+        return self._q
+
+    def get_run_id(self) -> str:
+        return self._r
+
+    def get_batch_id(self) -> int:
+        return self._b
+
+
+class _Codec:
+    """Values of one declared schema: user input -> stored dict, stored dict -> named tuple."""
+
+    def __init__(self, schema: Any, what: str):
+        self.schema = parse_schema(schema)
+        self.names = self.schema.names
+        self.row = collections.namedtuple("Row", self.names, rename=True)
+        self.what = what
+
+    def store(self, v: Any) -> dict:
+        if isinstance(v, dict):
+            missing = [n for n in self.names if n not in v]
+            if missing:
+                raise ValueError(f"{self.what}: value {v!r} lacks fields {missing} (schema: {self.schema})")
+            return {n: v[n] for n in self.names}
+        if not isinstance(v, (tuple, list)):
+            v = (v,)
+        if len(v) != len(self.names):
+            raise ValueError(f"{self.what}: value {v!r} has {len(v)} fields, the schema has {len(self.names)} "
+                             f"({self.schema})")
+        return dict(zip(self.names, v))
+
+    def load(self, d: dict | None):
+        return None if d is None else self.row(*(d.get(n) for n in self.names))
+
+
+class _StateBase:
+    kind = ""
+
+    def __init__(self, handle: "StatefulProcessorHandle", name: str, schema: Any, ttl: Any):
+        if ttl is not None and handle._time_mode is None:
+            raise ValueError(f"state {name!r}: ttl needs time_mode='processing_time' or 'event_time' "
+                             "(TTL is processing-time based); transform_with_state was given time_mode=None")
+        self._h, self.name = handle, name
+        self._codec = _Codec(schema, f"{self.kind} state {name!r}") if schema is not None else None
+        self.ttl_ms = _ttl_ms(ttl)
+
+    # helpers -------------------------------------------------------------------------
+    def _prefix(self) -> bytes:
+        return encode_key((self.kind, self.name) + self._h._current_key())
+
+    def _key(self, sub: bytes = b"") -> bytes:
+        return encode_key((self.kind, self.name) + self._h._current_key() + (sub,))
+
+    def _expiry(self) -> int | None:
+        return None if self.ttl_ms is None else self._h._now + self.ttl_ms
+
+    def _alive(self, expiry: int | None) -> bool:
+        return expiry is None or expiry > self._h._now
+
+    def _index_ttl(self, expiry: int | None, sub: bytes = b"") -> None:
+        if expiry is not None:
+            target = encode_key((self.kind, self.name, sub))
+            self._h._store.put(encode_key((TTL_INDEX, pad_ms(expiry)) + self._h._current_key() + (target,)), EMPTY)
+
+
+class ValueState(_StateBase):
+    """One value per grouping key. Payload: (value dict, expires_at_ms)."""
+    kind = VALUE
+
+    def _raw(self):
+        b = self._h._store.get(self._key())
+        if b is None:
+            return None
+        v = decode_value(b)
+        return v if self._alive(v[1]) else None
+
+    def exists(self) -> bool:
+        return self._raw() is not None
+
+    def get(self):
+        v = self._raw()
+        return None if v is None else self._codec.load(v[0])
+
+    def update(self, new_value: Any) -> None:
+        exp = self._expiry()
+        self._h._store.put(self._key(), encode_value((self._codec.store(new_value), exp)))
+        self._index_ttl(exp)
+
+    def clear(self) -> None:
+        self._h._store.delete(self._key())
+
+
+class ListState(_StateBase):
+    """A list per grouping key, kept in one row. Payload: (None, None, None, values, expiries)."""
+    kind = LIST
+
+    def _items(self) -> tuple[list, list]:
+        b = self._h._store.get(self._key())
+        if b is None:
+            return [], []
+        p = decode_value(b)
+        vals, exps = p[3], p[4]
+        keep = [i for i, e in enumerate(exps) if self._alive(e)]
+        return [vals[i] for i in keep], [exps[i] for i in keep]
+
+    def _write(self, vals: list, exps: list) -> None:
+        if not vals:
+            self._h._store.delete(self._key())
+            return
+        self._h._store.put(self._key(), encode_value((None, None, None, vals, exps)))
+
+    def exists(self) -> bool:
+        return bool(self._items()[0])
+
+    def get(self) -> Iterator:
+        return iter([self._codec.load(v) for v in self._items()[0]])
+
+    def put(self, new_state: Iterable[Any]) -> None:
+        vals = [self._codec.store(v) for v in new_state]
+        exp = self._expiry()
+        self._write(vals, [exp] * len(vals))
+        self._index_ttl(exp)
+
+    def append_value(self, new_value: Any) -> None:
+        self.append_list([new_value])
+
+    def append_list(self, new_state: Iterable[Any]) -> None:
+        vals, exps = self._items()
+        add = [self._codec.store(v) for v in new_state]
+        exp = self._expiry()
+        self._write(vals + add, exps + [exp] * len(add))
+        self._index_ttl(exp)
+
+    def clear(self) -> None:
+        self._h._store.delete(self._key())
+
+    appendValue, appendList = append_value, append_list
+
+
+class MapState(_StateBase):
+    """A map per grouping key; one row per entry. Payload: (value dict, expires_at_ms, key dict)."""
+    kind = MAP
+
+    def __init__(self, handle, name, key_schema, value_schema, ttl):
+        super().__init__(handle, name, value_schema, ttl)
+        self._kcodec = _Codec(key_schema, f"map state {name!r} key")
+
+    def _sub(self, user_key: Any) -> bytes:
+        d = self._kcodec.store(user_key)
+        return encode_key(tuple(d[n] for n in self._kcodec.names))
+
+    def _entries(self):
+        for _, b in self._h._store.prefix_scan(self._prefix()):
+            p = decode_value(b)
+            if self._alive(p[1]):
+                yield p
+
+    def exists(self) -> bool:
+        return next(self._entries(), None) is not None
+
+    def get_value(self, key: Any):
+        b = self._h._store.get(self._key(self._sub(key)))
+        if b is None:
+            return None
+        p = decode_value(b)
+        return self._codec.load(p[0]) if self._alive(p[1]) else None
+
+    def contains_key(self, key: Any) -> bool:
+        return self.get_value(key) is not None
+
+    def update_value(self, key: Any, value: Any) -> None:
+        sub, exp = self._sub(key), self._expiry()
+        self._h._store.put(self._key(sub), encode_value((self._codec.store(value), exp, self._kcodec.store(key))))
+        self._index_ttl(exp, sub)
+
+    def iterator(self) -> Iterator[tuple]:
+        return iter([(self._kcodec.load(p[2]), self._codec.load(p[0])) for p in self._entries()])
+
+    def keys(self) -> Iterator:
+        return iter([self._kcodec.load(p[2]) for p in self._entries()])
+
+    def values(self) -> Iterator:
+        return iter([self._codec.load(p[0]) for p in self._entries()])
+
+    def remove_key(self, key: Any) -> None:
+        self._h._store.delete(self._key(self._sub(key)))
+
+    def clear(self) -> None:
+        self._h._store.delete_range(self._prefix(), prefix_end(self._prefix()))
+
+    getValue, containsKey, updateValue, removeKey = get_value, contains_key, update_value, remove_key
+
+
+class StatefulProcessorHandle:
+    """Given to StatefulProcessor.init: declares state variables and manages the current key's
+    timers. One handle per (batch, state partition); the operator sets the current key."""
+
+    def __init__(self, store: Any, time_mode: str | None, now_ms: int, watermark_ms: int,
+                 query_info: QueryInfo | None = None):
+        self._store, self._time_mode, self._now, self._wm = store, time_mode, now_ms, watermark_ms
+        self._key: tuple | None = None
+        self._query_info = query_info
+        self.metrics = collections.Counter()
+
+    def _current_key(self) -> tuple:
+        if self._key is None:
+            raise RuntimeError("state and timers belong to a grouping key: use them inside handle_input_rows "
+                               "or handle_expired_timer, not in init/close")
+        return self._key
+
+    # state variables -----------------------------------------------------------------
+    def get_value_state(self, name: str, schema: Any, ttl: Any = None, ttl_duration_ms: Any = None) -> ValueState:
+        self.metrics["num_value_state_vars"] += 1
+        return ValueState(self, name, schema, ttl if ttl is not None else ttl_duration_ms)
+
+    def get_list_state(self, name: str, schema: Any, ttl: Any = None, ttl_duration_ms: Any = None) -> ListState:
+        self.metrics["num_list_state_vars"] += 1
+        return ListState(self, name, schema, ttl if ttl is not None else ttl_duration_ms)
+
+    def get_map_state(self, name: str, key_schema: Any, value_schema: Any, ttl: Any = None,
+                      ttl_duration_ms: Any = None) -> MapState:
+        self.metrics["num_map_state_vars"] += 1
+        return MapState(self, name, key_schema, value_schema, ttl if ttl is not None else ttl_duration_ms)
+
+    def delete_if_exists(self, name: str) -> None:
+        """Drop state variable `name` for every key (of this partition: init runs in each)."""
+        for kind in (VALUE, LIST, MAP):
+            p = encode_key((kind, name))
+            self.metrics["num_deleted_state_vars"] += bool(self._store.delete_range(p, prefix_end(p)))
+
+    def get_query_info(self) -> QueryInfo | None:
+        return self._query_info
+
+    # timers --------------------------------------------------------------------------
+    def _check_timers(self) -> None:
+        if self._time_mode is None:
+            raise ValueError("timers need time_mode='processing_time' or 'event_time' in transform_with_state")
+
+    def register_timer(self, expiry_timestamp_ms: int) -> None:
+        self._check_timers()
+        ms, key = int(expiry_timestamp_ms), self._current_key()
+        self._store.put(encode_key((TIMER, "") + key + (encode_key((ms,)),)), EMPTY)
+        self._store.put(encode_key((TIMER_INDEX, pad_ms(ms)) + key + (b"",)), EMPTY)
+        self.metrics["num_registered_timers"] += 1
+
+    def delete_timer(self, expiry_timestamp_ms: int) -> None:
+        self._check_timers()
+        ms, key = int(expiry_timestamp_ms), self._current_key()
+        self._store.delete(encode_key((TIMER, "") + key + (encode_key((ms,)),)))
+        self._store.delete(encode_key((TIMER_INDEX, pad_ms(ms)) + key + (b"",)))
+        self.metrics["num_deleted_timers"] += 1
+
+    def list_timers(self) -> Iterator[int]:
+        self._check_timers()
+        p = encode_key((TIMER, "") + self._current_key())
+        return iter([decode_key(decode_key(k)[-1])[0] for k, _ in self._store.prefix_scan(p)])
+
+    getValueState, getListState, getMapState = get_value_state, get_list_state, get_map_state
+    registerTimer, deleteTimer, listTimers, deleteIfExists = register_timer, delete_timer, list_timers, delete_if_exists
+    getQueryInfo = get_query_info
+
+
+class StatefulProcessor:
+    """Subclass and implement handle_input_rows (and handle_expired_timer when using timers)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare state variables (handle.get_value_state(...)); runs per partition per batch."""
+
+    def handle_input_rows(self, key: tuple, rows: Iterator[dict], timer_values: TimerValues):
+        raise NotImplementedError("StatefulProcessor.handle_input_rows(key, rows, timer_values) must be implemented")
+
+    def handle_expired_timer(self, key: tuple, timer_values: TimerValues, expired_timer_info: ExpiredTimerInfo):
+        return None
+
+    def close(self) -> None:
+        """Called after a partition's work in each batch."""
+
+
+__all__ = ["StatefulProcessor", "StatefulProcessorHandle", "ValueState", "ListState", "MapState",
+           "TimerValues", "ExpiredTimerInfo", "QueryInfo"]

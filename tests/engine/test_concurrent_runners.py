@@ -1,0 +1,39 @@
+"""Two runners of one query at once: exactly one commits each batch, the other stops with a clear
+error, and the output holds every row once."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from increments.checkpoint.log import BatchLog
+from increments.checkpoint.metadata import read_json
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "concurrent_query.py")
+
+
+@pytest.mark.faults
+def test_two_runners_one_commits_each_batch(tmp_path, log_url):
+    d = tmp_path / "in"
+    d.mkdir()
+    for f in range(6):
+        (d / f"f{f}.json").write_text("".join(json.dumps({"id": f * 10 + i}) + "\n" for i in range(3)))
+    chk, out = str(tmp_path / "chk"), str(tmp_path / "out")
+    args = [sys.executable, SCRIPT, str(d), chk, out, log_url]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(r[0] for r in results)
+    assert codes == [0, 1], results
+    loser_err = next(err for code, err in results if code != 0)
+    assert "ConcurrentRunError" in loser_err or "another runner" in loser_err
+    assert "Start only one runner per checkpoint" in loser_err
+    meta = read_json(os.path.join(chk, "metadata.json"))
+    log = BatchLog(log_url, meta["id"])
+    hist = log.history()
+    assert [o.batch_id for o, c in hist if c is not None] == list(range(6))
+    rows = sorted(i for f in glob.glob(os.path.join(out, "*.json")) for i in json.load(open(f)))
+    assert rows == sorted(f * 10 + i for f in range(6) for i in range(3))

@@ -1,0 +1,293 @@
+"""One suite for every provider (memory; rocksdb with changelog checkpointing on and off)."""
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from state_testutil import ROOT
+from crash_commit import apply_batch, model_batch
+from state import StateStoreError, make_provider
+from state.encoding import decode_key, encode_key, encode_prefix
+
+K = encode_key
+
+
+def content(store) -> dict:
+    return dict(store.iter_all())
+
+
+def build(provider, upto: int, op="op", part=0) -> list[dict]:
+    """Commit versions 0..upto with apply_batch; returns the model of each version."""
+    models, model = [], {}
+    store = provider.open(op, part, -1)
+    for v in range(upto + 1):
+        apply_batch(store, v)
+        model_batch(model, v)
+        assert store.commit(v) == v
+        models.append(dict(model))
+    store.close()
+    return models
+
+
+def test_basic_ops_and_versions(make):
+    p = make()
+    s = p.open("op", 0, -1)
+    assert s.version == -1 and s.get(K((1,))) is None and p.latest_version("op", 0) == -1
+    s.put(K((1,)), b"a"); s.put(K((2,)), b"b"); s.put(K((1,)), b"a2")
+    s.delete(K((3,)))
+    assert s.get(K((1,))) == b"a2"
+    assert s.multi_get([K((1,)), K((3,)), K((2,))]) == [b"a2", None, b"b"]
+    assert s.commit(0) == 0 and s.version == 0
+    s.delete(K((2,)))
+    assert s.commit(1) == 1
+    assert p.latest_version("op", 0) == 1
+    s.close()
+    fresh = make(local="w2")
+    assert content(fresh.open("op", 0, 0)) == {K((1,)): b"a2", K((2,)): b"b"}
+    assert content(fresh.open("op", 0, 1)) == {K((1,)): b"a2"}
+    assert content(fresh.open("op", 0, -1)) == {}
+
+
+def test_commit_version_must_follow_loaded(make):
+    s = make().open("op", 0, -1)
+    with pytest.raises(StateStoreError, match="expected 0"):
+        s.commit(1)
+
+
+def test_scans_are_ordered_and_merge_uncommitted(make):
+    p = make()
+    s = p.open("op", 0, -1)
+    for t in range(10):
+        for g in ("b", "a", "ab"):
+            s.put(K((t, g)), f"{t}{g}".encode())
+    s.commit(0)
+    s.put(K((3, "aa")), b"new"); s.delete(K((3, "b"))); s.put(K((3, "a")), b"upd")
+    assert [decode_key(k)[1] for k, _ in s.prefix_scan(encode_prefix((3,)))] == ["a", "aa", "ab"]
+    assert dict(s.prefix_scan(encode_prefix((3, "a")))) == {K((3, "a")): b"upd"}
+    rng = [decode_key(k) for k, _ in s.range_scan(K((2,)), K((4,)))]
+    assert rng == sorted(rng) and {t for t, _ in rng} == {2, 3} and len(rng) == 6
+    all_keys = [k for k, _ in s.iter_all()]
+    assert all_keys == sorted(all_keys) and len(all_keys) == 30
+    # writing while scanning is allowed
+    for k, _ in s.range_scan(None, K((5,))):
+        s.delete(k)
+    assert [decode_key(k)[0] for k, _ in s.iter_all()][0] == 5
+
+
+def test_delete_range_is_eviction(make):
+    p = make()
+    s = p.open("op", 0, -1)
+    for t in range(100):
+        s.put(K((t, "g")), b"v")
+    s.commit(0)
+    assert s.delete_range(None, K((40,))) == 40
+    assert s.delete_range(K((40,)), K((40,))) == 0
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_removed) == (60, 40)
+    s.commit(1)
+    s.close()
+    assert make(local="fresh").open("op", 0, 1).metrics().num_rows_total == 60
+
+
+def test_metrics_exact_and_persisted(make):
+    p = make()
+    s = p.open("op", 0, -1)
+    for i in range(10):
+        s.put(K((i,)), b"x" * 10)
+    s.put(K((1,)), b"y")      # overwrite: no new row
+    s.delete(K((2,))); s.delete(K((2,))); s.delete(K((99,)))
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_updated, m.num_rows_removed) == (9, 11, 1)
+    assert m.memory_used_bytes > 0
+    s.commit(0)
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_updated, m.num_rows_removed) == (9, 0, 0)
+    s.close()
+    assert make(local="fresh").open("op", 0, 0).metrics().num_rows_total == 9
+
+
+def test_abort_rolls_back_to_loaded_version(make):
+    p = make()
+    models = build(p, 4)
+    s = p.open("op", 0, 4)
+    apply_batch(s, 5)
+    s.delete(K((0, 1)))
+    s.abort()
+    assert content(s) == models[4] and s.metrics().num_rows_total == len(models[4])
+    apply_batch(s, 5)
+    s.close()                                   # close without commit = abort
+    s = p.open("op", 0, 4)
+    assert content(s) == models[4]
+    apply_batch(s, 5)
+    s.commit(5)
+    expected = dict(models[4]); model_batch(expected, 5)
+    assert content(make(local="fresh").open("op", 0, 5)) == expected
+
+
+def test_redo_of_a_version_replaces_it(make):
+    p = make(snapshot_interval=2)
+    models = build(p, 5)
+    s = p.open("op", 0, 3)                      # batch 4 is redone with other content
+    s.put(K(("redo",)), b"1")
+    s.commit(4)
+    s.close()
+    assert p.latest_version("op", 0) == 4
+    expected = dict(models[3]); expected[K(("redo",))] = b"1"
+    assert content(make(local="fresh").open("op", 0, 4)) == expected
+    with pytest.raises(StateStoreError):
+        make(local="fresh2").open("op", 0, 5)
+
+
+def test_snapshot_and_changelog_reconstruction(make):
+    p = make(snapshot_interval=3, retention_versions=100)
+    models = build(p, 10)
+    p.close()
+    names = os.listdir(os.path.join(make.ckpt, "state", "op", "0"))
+    snaps = sorted(int(n.split(".")[0]) for n in names if n.endswith(".snapshot"))
+    assert snaps == ([3, 6, 9] if make.changelog else list(range(11)))
+    for v in range(11):
+        fresh = make(local=f"fresh{v}")
+        assert content(fresh.open("op", 0, v)) == models[v], v
+        fresh.close()
+
+
+def test_retention_cleans_old_versions(make):
+    p = make(snapshot_interval=2, retention_versions=3)
+    models = build(p, 9)
+    fresh = make(local="fresh")
+    for v in range(7, 10):
+        assert content(fresh.open("op", 0, v)) == models[v]
+    with pytest.raises(StateStoreError, match=r"version 2 of operator 'op' partition 0"):
+        fresh.open("op", 0, 2)
+
+
+def test_partitions_and_operators_are_independent(make):
+    p = make()
+    a = build(p, 2, op="agg", part=0)
+    s = p.open("agg", 1, -1)
+    s.put(K(("only1",)), b"x"); s.commit(0); s.close()
+    assert content(p.open("agg", 0, 2)) == a[2]
+    assert content(p.open("agg", 1, 0)) == {K(("only1",)): b"x"}
+    assert p.latest_version("dedup", 0) == -1
+
+
+def test_empty_commits(make):
+    p = make(snapshot_interval=5)
+    s = p.open("op", 0, -1)
+    for v in range(12):
+        s.commit(v)
+    assert s.metrics().num_rows_total == 0
+    s.close()
+    assert content(make(local="fresh").open("op", 0, 11)) == {}
+
+
+def test_random_operations_match_a_model(make):
+    rng = random.Random(7)
+    p = make(snapshot_interval=4, retention_versions=50)
+    store, model, committed, version = p.open("op", 0, -1), {}, [], -1
+    for batch in range(25):
+        pending = dict(model)
+        for _ in range(rng.randint(0, 60)):
+            k = K((rng.randint(0, 40), rng.choice("xyz")))
+            r = rng.random()
+            if r < 0.6:
+                v = rng.randbytes(rng.randint(0, 8)); store.put(k, v); pending[k] = v
+            elif r < 0.9:
+                store.delete(k); pending.pop(k, None)
+            else:
+                lo, hi = sorted(rng.sample(range(42), 2))
+                n = store.delete_range(K((lo,)), K((hi,)))
+                gone = [x for x in pending if K((lo,)) <= x < K((hi,))]
+                assert n == len(gone)
+                for x in gone:
+                    del pending[x]
+        assert content(store) == pending and store.metrics().num_rows_total == len(pending)
+        if rng.random() < 0.2:
+            store.abort()
+        else:
+            version += 1; store.commit(version); model = pending; committed.append(dict(model))
+        assert list(store.iter_all()) == sorted(model.items())
+    store.close()
+    fresh = make(local="fresh", snapshot_interval=4, retention_versions=50)
+    for v in range(version + 1):
+        assert content(fresh.open("op", 0, v)) == committed[v]
+
+
+def test_unknown_provider():
+    with pytest.raises(ValueError, match="unknown state_store 'lsm'"):
+        make_provider("lsm", "/tmp/x")
+
+
+# --- crashes: a subprocess SIGKILLs itself between two commit steps --------------------
+
+COMMON = ["_prepare:after:1", "replace:before:1", "replace:after:1", "_cleanup:before:1"]
+CRASH_POINTS = {
+    ("memory", True): COMMON + ["_write_snapshot:before:1", "replace:before:2"],
+    ("rocksdb", True): COMMON + ["_apply_local:before:1", "_apply_local:after:1",
+                                  "_upload_snapshot:before:1", "replace:before:3"],
+    ("rocksdb", False): ["_prepare:after:1", "_apply_local:after:1", "replace:after:1",
+                         "replace:before:2", "replace:after:2", "_cleanup:before:1"],
+}
+CRASH_CASES = [(n, c, pt) for (n, c), pts in CRASH_POINTS.items() for pt in pts]
+
+
+def run_commit(name, changelog, ckpt, local, version, crash=None):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("CRASH_AT", None)
+    if crash:
+        env["CRASH_AT"] = crash
+    script = os.path.join(os.path.dirname(__file__), "crash_commit.py")
+    return subprocess.run([sys.executable, script, name, "1" if changelog else "0", ckpt, local,
+                           str(version), "3"], env=env, capture_output=True, text=True).returncode
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("name,changelog,crash", CRASH_CASES)
+def test_crash_between_commit_steps(tmp_path, name, changelog, crash):
+    ckpt, local = str(tmp_path / "ckpt"), str(tmp_path / "local")
+    conf = {"changelog_checkpointing": changelog, "snapshot_interval": 3}
+    if name == "rocksdb":
+        conf["local_dir"] = local
+    with make_provider(name, ckpt, **conf) as p:
+        models = build(p, 2)                     # versions 0..2; version 3 is a snapshot version
+    model3 = dict(models[2]); model_batch(model3, 3)
+
+    assert run_commit(name, changelog, ckpt, local, 3, crash) == -signal.SIGKILL, crash
+    with make_provider(name, ckpt, **conf) as p:   # same working copy as the killed process
+        latest = p.latest_version("op", 0)
+        assert latest in (2, 3)
+        if latest == 3:
+            assert content(p.open("op", 0, 3)) == model3
+        s = p.open("op", 0, 2)
+        assert content(s) == models[2]
+        apply_batch(s, 3)                            # the redo
+        assert s.commit(3) == 3
+        s.close()
+        assert content(p.open("op", 0, 3)) == model3
+    fresh = dict(conf, local_dir=str(tmp_path / "fresh")) if name == "rocksdb" else conf
+    with make_provider(name, ckpt, **fresh) as p:
+        assert p.latest_version("op", 0) == 3
+        assert content(p.open("op", 0, 3)) == model3
+        assert not [n for n in os.listdir(os.path.join(ckpt, "state", "op", "0"))
+                    if n.startswith(".tmp-")]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("name,changelog", [("memory", True), ("rocksdb", True), ("rocksdb", False)])
+def test_redo_in_a_new_process_after_crash_gives_same_version(tmp_path, name, changelog):
+    ckpt, local = str(tmp_path / "ckpt"), str(tmp_path / "local")
+    assert run_commit(name, changelog, ckpt, local, 0) == 0
+    assert run_commit(name, changelog, ckpt, local, 1, "_cleanup:before:1") == -signal.SIGKILL
+    assert run_commit(name, changelog, ckpt, local, 1) == 0      # redo in another process
+    assert run_commit(name, changelog, ckpt, local, 2) == 0
+    model = {}
+    for v in range(3):
+        model_batch(model, v)
+    conf = {"changelog_checkpointing": changelog}
+    if name == "rocksdb":
+        conf["local_dir"] = str(tmp_path / "fresh")
+    with make_provider(name, ckpt, **conf) as p:
+        assert content(p.open("op", 0, 2)) == model
