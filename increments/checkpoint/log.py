@@ -32,7 +32,7 @@ def engine_for(url: str) -> sa.Engine:
     eng = _ENGINES.get(url)
     if eng is None:
         if url.startswith("sqlite"):
-            eng = sa.create_engine(url, connect_args={"timeout": 30}, poolclass=sa.pool.NullPool)
+            eng = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
             @sa.event.listens_for(eng, "connect")
             def _wal(dbapi_conn, _rec):  # noqa: ANN001

@@ -73,6 +73,7 @@ class CheckpointMetadata:
             _create_once(meta_path, {"id": str(uuid.uuid4()), "name": name, "created_at_ms": int(time.time() * 1000)})
         meta = read_json(meta_path)
         fixed = read_json(conf_path) if os.path.exists(conf_path) else {}
+        conf = json.loads(json.dumps(conf))  # compare as stored (tuples -> lists)
         changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
         if changed:
             what = "; ".join(f"{k}: checkpoint has {old!r}, this start asks for {new!r}" for k, old, new in changed)
