@@ -155,7 +155,7 @@ class TransformWithStateOp(PhysicalOp):
             try:
                 out.add(proc.handle_input_rows(key, iter([rows[i] for i in members]), tv))
             except Exception as e:
-                raise type(e)(ctx.where(f"{type(proc).__name__}.handle_input_rows(key={key!r}) failed: {e}")) from e
+                raise _wrap(e, ctx.where(f"{type(proc).__name__}.handle_input_rows(key={key!r}) failed: {e}")) from e
 
     def _fire_timers(self, proc: Any, handle: StatefulProcessorHandle, limit: int, tv: TimerValues,
                      out: "_Output", ctx: BatchContext) -> None:
@@ -173,8 +173,8 @@ class TransformWithStateOp(PhysicalOp):
             try:
                 out.add(proc.handle_expired_timer(key, tv, ExpiredTimerInfo(expiry)))
             except Exception as e:
-                raise type(e)(ctx.where(f"{type(proc).__name__}.handle_expired_timer(key={key!r}, expiry={expiry}) "
-                                        f"failed: {e}")) from e
+                raise _wrap(e, ctx.where(f"{type(proc).__name__}.handle_expired_timer(key={key!r}, expiry={expiry}) "
+                                         f"failed: {e}")) from e
 
 
 def _ttl_cleanup(store: Any, now: int) -> int:
@@ -247,6 +247,14 @@ class _Output:
     def table(self) -> pa.Table:
         self._flush()
         return pa.concat_tables(self.tables) if self.tables else self.schema.empty_table()
+
+
+def _wrap(e: Exception, msg: str) -> Exception:
+    """The same exception type with the query/batch/key named (RuntimeError if it can't be rebuilt)."""
+    try:
+        return type(e)(msg)
+    except Exception:  # noqa: BLE001 - exception types with other constructors
+        return RuntimeError(msg)
 
 
 def _is_pandas(x: Any) -> bool:
