@@ -52,7 +52,12 @@ class MetadataLog:
         self.table = _table(self.table_name)
 
     def create(self) -> None:
-        self.table.create(self.engine, checkfirst=True)
+        """Create the table if missing; two runners racing to create it both end up using it."""
+        try:
+            self.table.create(self.engine, checkfirst=True)
+        except sa.exc.DBAPIError:
+            if not sa.inspect(self.engine).has_table(self.table_name):
+                raise
 
     # -- writes -------------------------------------------------------------------------
     def add(self, batch_id: int, body: dict[str, Any], owner: str) -> None:

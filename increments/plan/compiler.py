@@ -116,6 +116,9 @@ class Compiler:
 
     def _sql(self, node: n.Node) -> PhysicalOp:
         child = self.build(node.child)  # type: ignore[attr-defined]
+        quals = _qualifiers(child)
+        if quals:  # `alias.column` references after alias() or a join (operators/join_condition.py)
+            node = _qualify(node, quals)
         stage, label = _stage(node, child.schema)
         if isinstance(child, SqlOp):
             stages, labels, base = child.stages + [stage], child.labels + [label], child.children[0]
@@ -124,6 +127,10 @@ class Compiler:
         op = SqlOp(base, stages, pa.schema([]), labels)
         op.schema = _empty_schema(op.sql, base.schema, label)
         op.event_time_cols = {k: v for k, v in base.event_time_cols.items() if k in op.schema.names}
+        if quals and isinstance(node, (n.Filter, n.WithColumn)):  # columns kept: so are their qualifiers
+            op.qualifiers = quals  # type: ignore[attr-defined]
+            if getattr(child, "alias", None):
+                op.alias = child.alias  # type: ignore[attr-defined]
         return op
 
     def _parse_json(self, node: n.ParseJson) -> PhysicalOp:
@@ -136,6 +143,25 @@ class Compiler:
         fields = [pa.field(f.name, f.arrow_type) for f in node.schema.fields]
         fields += [child.schema.field(k) for k in node.keep]
         return ParseJsonOp(child, node.schema, node.column, node.keep, node.dead_letter, pa.schema(fields))
+
+
+def _qualifiers(op: PhysicalOp) -> dict[str, dict[str, str]] | None:
+    quals = getattr(op, "qualifiers", None)
+    if quals is None and getattr(op, "alias", None):
+        quals = {op.alias: {c: c for c in op.schema.names}}  # type: ignore[attr-defined]
+    return quals
+
+
+def _qualify(node: n.Node, quals: dict[str, dict[str, str]]) -> n.Node:
+    import dataclasses
+    from ..operators.join_condition import qualify_sql
+    if isinstance(node, n.Select):
+        return dataclasses.replace(node, exprs=tuple(qualify_sql(e, quals, as_select=True) for e in node.exprs))
+    if isinstance(node, n.Filter):
+        return dataclasses.replace(node, condition=qualify_sql(node.condition, quals))
+    if isinstance(node, n.WithColumn):
+        return dataclasses.replace(node, expr=qualify_sql(node.expr, quals))
+    return node
 
 
 def _stage(node: n.Node, schema: pa.Schema):
