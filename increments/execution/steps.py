@@ -14,6 +14,7 @@ watermarks and timestamp; state restarts from N-1 and the sink skips or replaces
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ from ..checkpoint.log import CommitEntry, OffsetsEntry
 from ..operators.base import BatchContext
 from ..watermark import next_watermarks
 from .runtime import QueryRuntime
+
+log = logging.getLogger("increments.batch")
 
 
 @dataclass
@@ -186,6 +189,7 @@ def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[s
     stats = proc.get("event_time", {})
     input_wms, next_wm = next_watermarks(e.input_watermarks_ms, stats, rt.plan.watermark_delays,
                                          rt.watermark_policy, e.watermark_ms)
+    warnings = list(proc.get("warnings", [])) + event_time_anomalies(rt, e, stats, next_wm)
     durations = dict(plan.durations_ms)
     durations.update(get_batch=read.get("get_batch_ms", 0),
                      add_batch=proc.get("process_ms", 0) + write.get("add_batch_ms", 0))
@@ -196,7 +200,7 @@ def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[s
         sink_version=write.get("sink_version"), durations_ms=durations,
         event_time=stats, committed_at_ms=int(time.time() * 1000),
         extra={"state_operators": proc.get("state_operators", []), "sources": read["sources"],
-               "dead_letters": proc.get("dead_letters", {}), "warnings": proc.get("warnings", []),
+               "dead_letters": proc.get("dead_letters", {}), "warnings": warnings,
                "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.get("static_versions", {})})
     rt.log.write_commit(entry, rt.run_id)
     entry.durations_ms["commit_offsets"] = _ms(t0)
@@ -206,6 +210,27 @@ def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[s
     progress = build_progress(rt, plan, entry)
     rt.emit("on_batch_step", e.batch_id, "commit")
     return entry, progress
+
+
+FUTURE_SLACK_MS = 24 * 3600 * 1000
+
+
+def event_time_anomalies(rt: QueryRuntime, e: OffsetsEntry, stats: dict[str, Any], next_wm: int) -> list[str]:
+    """Warn (in progress and the log) when event times run more than a day ahead of the batch's
+    processing time: such rows push the watermark forward and evict state that is still live."""
+    from ..watermark import format_ts_ms
+    out = []
+    for wid, st in stats.items():
+        mx = st.get("max_ms")
+        if mx is not None and mx > e.timestamp_ms + FUTURE_SLACK_MS:
+            msg = (f"{rt.where(e.batch_id)}: max event time {format_ts_ms(mx)} (watermark input {wid}) is ahead of the "
+                   f"batch's processing time {format_ts_ms(e.timestamp_ms)} by more than a day; the next watermark is "
+                   f"{format_ts_ms(next_wm)}, so state and windows before it are evicted (see num_rows_removed). If "
+                   "these rows are bad input, filter them before with_watermark (e.g. where event_time <= now() + "
+                   "INTERVAL 1 DAY).")
+            log.warning("%s", msg)
+            out.append(msg)
+    return out
 
 
 def run_one_batch(rt: QueryRuntime, *, limited: bool = True) -> dict[str, Any] | None:
