@@ -61,7 +61,8 @@ def create_topic(bootstrap: str, name: str | None = None, partitions: int = 1) -
 
 def delete_topic(bootstrap: str, name: str) -> None:
     from confluent_kafka.admin import AdminClient
-    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([name])[name].result(10)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep the handle alive until the result
+    admin.delete_topics([name])[name].result(10)
 
 
 def produce(bootstrap: str, topic: str, values, partition: int | None = None, keys=None) -> None:

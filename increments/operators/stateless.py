@@ -107,6 +107,17 @@ class WatermarkOp(PhysicalOp):
         return f"EventTimeWatermark({self.column}, {self.delay_ms} ms)"
 
 
+def _binary_as_text(con, values: pa.Array) -> pa.Array:
+    """Binary values as UTF-8 text (zero-copy when valid). A value that is not valid UTF-8 becomes
+    a text that is not JSON ("\\x00invalid UTF-8: ..."), so parse_json reports or dead-letters it."""
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        sql = ("SELECT CASE WHEN v IS NOT NULL AND try(decode(v)) IS NULL THEN chr(0) || 'invalid UTF-8: ' || "
+               "decode(v, 'replace') ELSE decode(v) END AS v FROM __bin")
+        return run_sql(sql, {"__bin": pa.table({"v": values.cast(pa.binary())})}, con).column("v").combine_chunks()
+
+
 class ParseJsonOp(PhysicalOp):
     """parse_json: json_transform in DuckDB over the whole column; bad rows fail the batch (or go to
     the dead-letter table), named by topic/partition/offset when the input carries them."""
@@ -121,9 +132,13 @@ class ParseJsonOp(PhysicalOp):
         table = self.children[0].execute(ctx)
         con = duckdb_connection()
         texts = table.column(self.column)
-        if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
-            texts = texts.cast(pa.string())  # zero-copy reinterpretation; invalid UTF-8 is caught by json_valid
         texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+        if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
+            texts = _binary_as_text(con, texts)
+        if table.num_rows == 0 or self._all_objects(con, texts):  # fast path: one validity pass + the transform
+            parsed = self._transform(con, table, texts)
+            if table.num_rows == 0 or not self._type_errors(con, texts, parsed):
+                return parsed
         bad = first_bad_json_row(con, texts, self.json_schema) if table.num_rows else None
         if bad is not None:
             if self.dead_letter is None:
@@ -132,9 +147,9 @@ class ParseJsonOp(PhysicalOp):
                     "route bad rows with parse_json(..., dead_letter=inc.dead_letter.delta(path)); nothing of this batch "
                     "was processed."))
             table = self._route_dead_letters(ctx, con, table, texts)
-            texts = table.column(self.column)
-            if pa.types.is_binary(texts.type):
-                texts = texts.cast(pa.string())
+            texts = table.column(self.column).combine_chunks()
+            if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
+                texts = _binary_as_text(con, texts)
         parsed = self._transform(con, table, texts)
         return parsed
 
@@ -143,10 +158,34 @@ class ParseJsonOp(PhysicalOp):
         t = pa.table({"__v": texts, **keep})
         cols = ", ".join(f"__s.{quote_ident(f.name)} AS {quote_ident(f.name)}" for f in self.json_schema.fields)
         kept = "".join(f", {quote_ident(k)}" for k in self.keep)
-        sql = (f"SELECT {cols}{kept} FROM (SELECT json_transform(__v, '{self.json_schema.duckdb_struct()}') AS __s{kept} "
+        sql = (f"SELECT {cols}{kept} FROM (SELECT json_transform(CASE WHEN trim(__v) = '' THEN NULL ELSE __v END, "
+               f"'{self.json_schema.duckdb_struct()}') AS __s{kept} "
                f"FROM __pj)")
         out = run_sql(sql, {"__pj": t}, con)
         return out.cast(self.schema)
+
+    @staticmethod
+    def _all_objects(con, texts) -> bool:
+        """True when every non-blank value is a valid JSON object (one pass over the column)."""
+        sql = ("SELECT count(*) FROM __ao WHERE v IS NOT NULL AND trim(v) <> '' AND "
+               "CASE WHEN json_valid(v) THEN json_type(v) <> 'OBJECT' ELSE true END")
+        return run_sql(sql, {"__ao": pa.table({"v": texts})}, con).column(0)[0].as_py() == 0
+
+    def _type_errors(self, con, texts, parsed: pa.Table) -> bool:
+        """Did any field come out NULL where the JSON holds a non-null value (a wrongly typed field)?
+        Only fields with NULLs are checked, and only on those rows."""
+        import json as _json
+        for f in self.json_schema.fields:
+            col = parsed.column(f.name)
+            if col.null_count == 0:
+                continue
+            rows = texts.filter(pc.is_null(col).combine_chunks() if isinstance(col, pa.ChunkedArray) else pc.is_null(col))
+            path = "$." + f.name if f.name.isidentifier() else "$." + _json.dumps(f.name)
+            sql = ("SELECT count(*) FROM __te WHERE v IS NOT NULL AND trim(v) <> '' "
+                   f"AND coalesce(json_type(v, '{path.replace(chr(39), chr(39) * 2)}'), 'NULL') <> 'NULL'")
+            if run_sql(sql, {"__te": pa.table({"v": rows})}, con).column(0)[0].as_py():
+                return True
+        return False
 
     def _locate(self, table: pa.Table, row: int) -> str:
         names = table.column_names
@@ -172,7 +211,7 @@ class ParseJsonOp(PhysicalOp):
             ok[idx[bad[0]]] = False
             reasons.append((int(idx[bad[0]]), bad[1]))
             keep_mask = np.ones(len(remaining), dtype=bool)
-            keep_mask[: bad[0] + 1] = False
+            keep_mask[bad[0]] = False  # only this row: first_bad_json_row checks JSON validity before types
             remaining = remaining.filter(pa.array(keep_mask))
             idx = idx[keep_mask]
         del good_mask

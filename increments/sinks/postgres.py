@@ -78,7 +78,7 @@ def _csv_ready(table: pa.Table) -> pa.Table:
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
         elif pa.types.is_timestamp(col.type) and col.type.tz:
-            col = pc.strftime(col, "%Y-%m-%dT%H:%M:%S.%f+00:00")
+            col = pc.strftime(col, "%Y-%m-%dT%H:%M:%S+00:00")
         cols.append(col)
     return pa.Table.from_arrays(cols, names=table.column_names)
 

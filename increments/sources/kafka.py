@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 import os
 import time
 from typing import Any
@@ -42,6 +43,18 @@ SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.s
                     ("partition", pa.int32()), ("offset", pa.int64()),
                     ("timestamp", pa.timestamp("us", tz="UTC"))])
 _EARLIEST, _LATEST = -2, -1
+_second = operator.itemgetter(1)
+_K = 1 << 32   # (topic index, partition) -> one int64 code
+
+
+class _LazyMessage:
+    """confluent_kafka.Message's unbound methods, for map() over a consumed chunk (no Python loop)."""
+    def __getattr__(self, name):
+        from confluent_kafka import Message
+        return getattr(Message, name)
+
+
+_M = _LazyMessage()
 
 
 class KafkaSource(Source):
@@ -232,8 +245,7 @@ class KafkaSource(Source):
         if not ranges:
             return SCHEMA.empty_table()
         wms = self._watermarks({t: sorted({p for tt, p, _, _ in ranges if tt == t}) for t in {r[0] for r in ranges}})
-        c = self._client()
-        chunks = []
+        todo: dict[tuple[str, int], tuple[int, int]] = {}
         for t, p, s, e in ranges:
             lo, hi = wms[(t, p)]
             if s < lo:
@@ -243,63 +255,106 @@ class KafkaSource(Source):
                 self._loss(t, p, max(s, hi), e, f"the partition ends at {hi}")
                 e = max(s, hi)
             if s < e:
-                chunks.append(self._read_range(c, TopicPartition(t, p, s), e))
-        c.unassign()
-        tables = [x for x in chunks if x.num_rows]
+                todo[(t, p)] = (s, e)
+        # one partition at a time: measured faster on Tansu than overlapping fetches of all of them
+        tables = [self._read_ranges({k: todo[k]}) for k in sorted(todo)]
+        tables = [x for x in tables if x.num_rows]
         return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
-    def _read_range(self, c, tp, end: int) -> pa.Table:
-        """One partition's [tp.offset, end): consume in large chunks, columns built from lists."""
-        t, p = tp.topic, tp.partition
-        c.assign([tp])
-        keys: list = []
-        values: list = []
-        offsets: list = []
-        stamps: list = []
-        last = tp.offset - 1
+    def _read_ranges(self, todo: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
+        """Every partition's [start, end) at once (fetches overlap): consume in large chunks, build
+        columns with map() over the chunk, drop what lies past each end, order by (topic, partition,
+        offset) so a replay returns the rows in the same order."""
+        from confluent_kafka import TopicPartition
+        c = self._client()
+        topic_ix = {t: i for i, t in enumerate(sorted({t for t, _ in todo}))}
+        code_end = {topic_ix[t] * _K + p: e for (t, p), (s, e) in todo.items()}
+        last = {k: s - 1 for k, (s, e) in todo.items()}
+        pending = set(todo)
+        cols: dict[str, list] = {"key": [], "value": [], "tix": [], "partition": [], "offset": [], "ts": []}
+        c.assign([TopicPartition(t, p, s) for (t, p), (s, e) in todo.items()])
         deadline = time.time() + self.fetch_timeout_s
-        while last < end - 1:
-            msgs = c.consume(num_messages=min(100_000, end - 1 - last), timeout=0.5)
-            if not msgs:
-                if time.time() > deadline:
-                    raise DataLossError(self.fail(f"topic {t!r}, partition {p}: offsets [{last + 1}, {end}) did not "
-                                                  f"arrive within {self.fetch_timeout_s:.0f} s"))
-                continue
-            deadline = time.time() + self.fetch_timeout_s
-            good = [m for m in msgs if m.error() is None]
-            stop = len(good) != len(msgs) and self._check_errors(msgs, t, p, last, end)
-            if not good:
-                if stop:
-                    break
-                continue
-            off = [m.offset() for m in good]
-            n = len(off) if off[-1] < end else int(np.searchsorted(np.asarray(off), end))
-            good, off = good[:n], off[:n]
-            keys += [m.key() for m in good]
-            values += [m.value() for m in good]
-            stamps += [m.timestamp()[1] for m in good]
-            offsets += off
-            if off:
-                last = off[-1]
-            if n < len(good) or stop:
-                break
-        c.unassign()
-        num = len(offsets)
-        ts = pa.array(np.asarray(stamps, dtype=np.int64) * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-        return pa.table([pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                         pa.DictionaryArray.from_arrays(pa.array(np.zeros(num, np.int32)), pa.array([t])).cast(pa.string()),
-                         pa.array(np.full(num, p, np.int32)), pa.array(offsets, pa.int64()), ts], schema=SCHEMA)
+        try:
+            while pending:
+                want = sum(todo[k][1] - 1 - last[k] for k in pending)
+                msgs = c.consume(num_messages=max(1, min(100_000, want)), timeout=0.5)
+                if not msgs:
+                    if time.time() > deadline:
+                        raise DataLossError(self.fail("offsets " + ", ".join(
+                            f"topic {t!r} partition {p} [{last[(t, p)] + 1}, {todo[(t, p)][1]})" for t, p in sorted(pending))
+                            + f" did not arrive within {self.fetch_timeout_s:.0f} s"))
+                    continue
+                deadline = time.time() + self.fetch_timeout_s
+                errors = list(map(_M.error, msgs))
+                if any(errors):
+                    for t, p in self._check_errors(msgs, todo, last):
+                        pending.discard((t, p))
+                    msgs = [m for m, e in zip(msgs, errors) if e is None]
+                    if not msgs:
+                        continue
+                tix = list(map(topic_ix.__getitem__, map(_M.topic, msgs)))
+                parts = list(map(_M.partition, msgs))
+                offs = list(map(_M.offset, msgs))
+                cols["key"] += map(_M.key, msgs)
+                cols["value"] += map(_M.value, msgs)
+                cols["ts"] += map(_second, map(_M.timestamp, msgs))
+                cols["tix"] += tix
+                cols["partition"] += parts
+                cols["offset"] += offs
+                for t, p in list(pending):   # the last offset seen per partition (offsets ascend within one)
+                    k = (t, p)
+                    seen = _last_offset(tix, parts, offs, topic_ix[t], p)
+                    if seen is not None:
+                        last[k] = max(last[k], seen)
+                        if last[k] >= todo[k][1] - 1:
+                            pending.discard(k)
+                            c.pause([TopicPartition(t, p)])
+        finally:
+            c.resume([TopicPartition(t, p) for t, p in todo])   # the pause would outlive the assignment
+            c.unassign()
+        return self._build(cols, topic_ix, code_end)
 
-    def _check_errors(self, msgs: list, t: str, p: int, last: int, end: int) -> bool:
-        """Raise on real errors; True when the partition ended before `end` (a skipped loss)."""
+    @staticmethod
+    def _build(cols: dict[str, list], topic_ix: dict[str, int], code_end: dict[int, int]) -> pa.Table:
+        tix = np.asarray(cols["tix"], np.int64)
+        part = np.asarray(cols["partition"], np.int64)
+        off = np.asarray(cols["offset"], np.int64)
+        codes = tix * _K + part
+        uniq, inv = np.unique(codes, return_inverse=True) if len(codes) else (np.array([], np.int64), codes)
+        ends = np.asarray([code_end[int(u)] for u in uniq], np.int64)
+        keep = off < ends[inv] if len(codes) else np.zeros(0, bool)
+        order = np.lexsort((off, codes))
+        order = order[keep[order]]
+        names = np.asarray(sorted(topic_ix, key=topic_ix.__getitem__), dtype=object)
+        take = pa.array(order)
+        ts = pa.array(np.asarray(cols["ts"], np.int64)[order] * 1000).cast(pa.timestamp("us", tz="UTC"))
+        return pa.table([pa.array(cols["key"], pa.binary()).take(take), pa.array(cols["value"], pa.binary()).take(take),
+                         pa.DictionaryArray.from_arrays(pa.array(tix[order].astype(np.int32)),
+                                                        pa.array(list(names), pa.string())).cast(pa.string()),
+                         pa.array(part[order].astype(np.int32)), pa.array(off[order]), ts], schema=SCHEMA)
+
+    def _check_errors(self, msgs: list, todo: dict, last: dict) -> list[tuple[str, int]]:
+        """Raise on real errors; partitions that ended before their range's end (a data loss that
+        fail_on_data_loss=False skips) are returned, to stop waiting for them."""
+        ended = []
         for m in msgs:
             err = m.error()
             if err is None:
                 continue
+            k = (m.topic(), m.partition())
             if err.code() == err._PARTITION_EOF:
-                if m.offset() < end:
-                    self._loss(t, p, m.offset(), end, f"the partition ends at {m.offset()}")
-                    return True
+                if k in todo and m.offset() < todo[k][1]:
+                    self._loss(k[0], k[1], max(m.offset(), last[k] + 1), todo[k][1], f"the partition ends at {m.offset()}")
+                    ended.append(k)
                 continue
-            raise DataLossError(self.fail(f"topic {t!r}, partition {p}: reading from offset {last + 1} failed: {err}"))
-        return False
+            raise DataLossError(self.fail(f"topic {k[0]!r}, partition {k[1]}: reading from offset "
+                                          f"{last.get(k, -2) + 1} failed: {err}"))
+        return ended
+
+
+def _last_offset(tix: list, parts: list, offs: list, t: int, p: int) -> int | None:
+    """The largest offset of (topic index t, partition p) in a consumed chunk (scanning from the end)."""
+    for i in range(len(offs) - 1, -1, -1):
+        if parts[i] == p and tix[i] == t:
+            return offs[i]
+    return None

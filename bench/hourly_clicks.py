@@ -1,0 +1,170 @@
+"""Throughput of the README's hourly-clicks query, side by side with references measured in this run.
+
+    .venv/bin/python bench/hourly_clicks.py [--events 2000000] [--files 20] [--spark-python PATH]
+
+Workload: ~2,000,000 click events in 20 files (JSON lines, and the same in Parquet), time moving
+forward file by file with some disorder and late clicks. The query: watermark 15 minutes, 1-hour
+tumbling count per campaign, append mode, one file per batch (max_files_per_trigger=1),
+trigger(available_now=True), foreach_batch collecting the output.
+
+References: (1) DuckDB computing the same hourly counts over the same files in one query (the
+single-node limit); (2) Apache Spark Structured Streaming (local[2], shuffle partitions 2, same
+query, maxFilesPerTrigger=1, availableNow), run only when --spark-python points at a Python with
+pyspark 4 and Java 17 is present (skipped with a message otherwise).
+Also: peak memory (ru_maxrss), state rows at the end with the watermark vs the same query without
+a watermark (update mode), and the per-batch overhead of an empty batch.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.json as pajson  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+import increments as inc  # noqa: E402
+from increments import functions as F  # noqa: E402
+
+SCHEMA = "campaign_id STRING, user_id STRING, event_time TIMESTAMP"
+
+
+def generate(root: str, events: int, files: int, campaigns: int = 50, seed: int = 11) -> tuple[str, str]:
+    """JSON and Parquet copies of the same events; file k covers minutes [k*30, k*30+30) with disorder."""
+    rnd = random.Random(seed)
+    jdir, pdir = os.path.join(root, "json"), os.path.join(root, "parquet")
+    os.makedirs(jdir), os.makedirs(pdir)
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc).timestamp()
+    per = events // files
+    for f in range(files):
+        base = t0 + f * 1800
+        ts = [base + rnd.uniform(-600, 1800) - (rnd.uniform(0, 7200) if rnd.random() < 0.01 else 0) for _ in range(per)]
+        camp = [f"c{rnd.randrange(campaigns)}" for _ in range(per)]
+        user = [f"u{rnd.randrange(100000)}" for _ in range(per)]
+        iso = [dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for t in ts]
+        with open(os.path.join(jdir, f"clicks-{f:04d}.json"), "w") as fh:
+            fh.writelines(json.dumps({"campaign_id": c, "user_id": u, "event_time": e}) + "\n"
+                          for c, u, e in zip(camp, user, iso))
+        table = pa.table({"campaign_id": camp, "user_id": user,
+                          "event_time": pa.array([int(t * 1e6) for t in ts], pa.timestamp("us", tz="UTC"))})
+        pq.write_table(table, os.path.join(pdir, f"clicks-{f:04d}.parquet"))
+    return jdir, pdir
+
+
+def run_engine(path: str, fmt: str, watermark: bool = True, mode: str = "append") -> tuple[float, int, dict]:
+    clicks = inc.read_stream.files(path, fmt, SCHEMA, max_files_per_trigger=1)
+    if watermark:
+        clicks = clicks.with_watermark("event_time", "15 minutes")
+    out = {"rows": 0}
+
+    def sink(table, batch_id):
+        out["rows"] += table.num_rows
+    chk = tempfile.mkdtemp(prefix="bench-chk-")
+    t0 = time.perf_counter()
+    q = (clicks.group_by(F.window("event_time", "1 hour"), "campaign_id").count().write_stream
+         .output_mode(mode).foreach_batch(sink).checkpoint_location(chk).trigger(available_now=True).start())
+    q.await_termination()
+    elapsed = time.perf_counter() - t0
+    last = q.last_progress
+    shutil.rmtree(chk, ignore_errors=True)
+    return elapsed, out["rows"], last
+
+
+def run_duckdb(path: str, fmt: str) -> tuple[float, int]:
+    from increments.sql import duckdb_connection
+    con = duckdb_connection()
+    src = (f"read_json('{path}/*.json', format='newline_delimited', columns={{'campaign_id': 'VARCHAR', "
+           f"'user_id': 'VARCHAR', 'event_time': 'TIMESTAMPTZ'}})" if fmt == "json" else f"read_parquet('{path}/*.parquet')")
+    t0 = time.perf_counter()
+    n = con.sql(f"SELECT time_bucket(INTERVAL 1 HOUR, event_time) AS w, campaign_id, count(*) FROM {src} "
+                "GROUP BY ALL").to_arrow_table().num_rows
+    return time.perf_counter() - t0, n
+
+
+SPARK_SCRIPT = r'''
+import sys, time
+from pyspark.sql import SparkSession, functions as F
+path, fmt = sys.argv[1], sys.argv[2]
+spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.ui.enabled", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+schema = "campaign_id STRING, user_id STRING, event_time TIMESTAMP"
+df = spark.readStream.format(fmt).schema(schema).option("maxFilesPerTrigger", 1).load(path)
+agg = df.withWatermark("event_time", "15 minutes").groupBy(F.window("event_time", "1 hour"), "campaign_id").count()
+rows = [0]
+def sink(b, i):
+    rows[0] += b.count()
+import tempfile
+t0 = time.perf_counter()
+q = (agg.writeStream.outputMode("append").foreachBatch(sink).option("checkpointLocation", tempfile.mkdtemp())
+     .trigger(availableNow=True).start())
+q.awaitTermination()
+print("SPARK_RESULT", time.perf_counter() - t0, rows[0])
+'''
+
+
+def run_spark(spark_python: str | None, path: str, fmt: str) -> tuple[float, int] | None:
+    if not spark_python or not os.path.exists(spark_python) or not shutil.which("java"):
+        return None
+    script = os.path.join(tempfile.mkdtemp(), "spark_ref.py")
+    open(script, "w").write(SPARK_SCRIPT)
+    p = subprocess.run([spark_python, script, path, fmt], capture_output=True, text=True, timeout=1800)
+    for line in p.stdout.splitlines():
+        if line.startswith("SPARK_RESULT"):
+            _, secs, rows = line.split()
+            return float(secs), int(rows)
+    print("spark reference failed:", p.stderr[-1500:])
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--files", type=int, default=20)
+    ap.add_argument("--spark-python", default=os.environ.get("SPARK_PYTHON"))
+    ap.add_argument("--keep", default=None, help="directory to generate into (kept)")
+    a = ap.parse_args()
+    root = a.keep or tempfile.mkdtemp(prefix="bench-clicks-")
+    if not os.path.exists(os.path.join(root, "json")):
+        t0 = time.perf_counter()
+        generate(root, a.events, a.files)
+        print(f"generated {a.events} events in {a.files} files (json + parquet) in {time.perf_counter() - t0:.1f} s")
+    jdir, pdir = os.path.join(root, "json"), os.path.join(root, "parquet")
+    n = a.events
+    print(f"{'workload':34s} {'seconds':>8s} {'rows/s':>12s}")
+    results = {}
+    for fmt, path in (("json", jdir), ("parquet", pdir)):
+        secs, out_rows, last = run_engine(path, fmt)
+        ddb, ddb_groups = run_duckdb(path, fmt)
+        results[fmt] = (secs, ddb)
+        print(f"{'increments ' + fmt:34s} {secs:8.2f} {n / secs:12,.0f}   ({out_rows} windows emitted)")
+        print(f"{'duckdb one-shot ' + fmt:34s} {ddb:8.2f} {n / ddb:12,.0f}   ({ddb_groups} groups)")
+        print(f"  ratio increments/duckdb rows/s ({fmt}): {ddb / secs:.2f}x   (target >= 0.5x)")
+        spark = run_spark(a.spark_python, path, fmt)
+        if spark is None:
+            print(f"  spark reference ({fmt}): skipped (pass --spark-python with pyspark 4 installed, and Java 17)")
+        else:
+            print(f"{'spark structured streaming ' + fmt:34s} {spark[0]:8.2f} {n / spark[0]:12,.0f}   ({spark[1]} windows emitted)")
+            print(f"  ratio increments/spark rows/s ({fmt}): {spark[0] / secs:.2f}x   (target >= 5x)")
+        if fmt == "json":
+            op = (last["state_operators"] or [{}])[0]
+            state_wm = op.get("num_rows_total")
+    _, _, last_nowm = run_engine(jdir, "json", watermark=False, mode="update")
+    state_nowm = (last_nowm["state_operators"] or [{}])[0].get("num_rows_total")
+    print(f"state rows at the end: {state_wm} with the watermark, {state_nowm} without (update mode)")
+    print(f"peak memory (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

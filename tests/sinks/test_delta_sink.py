@@ -1,0 +1,100 @@
+"""format("delta"): append / update / complete, each batch once per (query id, batch id)."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+import increments as inc
+from increments.sinks.base import SinkContext
+from increments.sinks.delta import DeltaSink
+
+
+def _sink(path, mode, keys=(), qid="q-1"):
+    s = DeltaSink(str(path), {})
+    s.open(SinkContext(qid, "q", mode, "/unused", list(keys)))
+    return s
+
+
+def _rows(path, *cols):
+    t = DeltaTable(str(path)).to_pyarrow_table()
+    return sorted(zip(*(t.column(c).to_pylist() for c in cols)))
+
+
+def test_query_appends_to_delta_and_reports_table_version(tmp_path):
+    mem = inc.read_stream.memory("id BIGINT, name STRING")
+    q = (mem.filter("id > 0").select("id", "upper(name) AS name")
+         .write_stream.format("delta").output_mode("append").checkpoint_location(str(tmp_path / "chk"))
+         .start(str(tmp_path / "out")))
+    mem.add_data([{"id": 1, "name": "a"}, {"id": 0, "name": "z"}])
+    q.process_all_available()
+    mem.add_data([{"id": 2, "name": "b"}])
+    q.process_all_available()
+    q.stop()
+    assert _rows(tmp_path / "out", "id", "name") == [(1, "A"), (2, "B")]
+    dt = DeltaTable(str(tmp_path / "out"))
+    assert dt.transaction_version(q.id) == 1
+    assert q.last_progress["batch_id"] == 1
+
+
+def test_append_replay_of_a_batch_is_skipped(tmp_path):
+    s = _sink(tmp_path / "t", "append")
+    batch = pa.table({"id": [1, 2]})
+    r0 = s.add_batch(0, batch)
+    assert (r0.num_output_rows, r0.version, r0.skipped_replay) == (2, 0, False)
+    r1 = s.add_batch(1, pa.table({"id": [3]}))
+    again = s.add_batch(1, pa.table({"id": [3]}))          # redo after a crash before commits[1]
+    assert again.skipped_replay and again.version == r1.version
+    assert s.add_batch(0, batch).skipped_replay
+    assert _rows(tmp_path / "t", "id") == [(1,), (2,), (3,)]
+    # another query writing the same table has its own transaction id
+    other = _sink(tmp_path / "t", "append", qid="q-2")
+    assert not other.add_batch(0, pa.table({"id": [9]})).skipped_replay
+    assert _rows(tmp_path / "t", "id") == [(1,), (2,), (3,), (9,)]
+
+
+def test_update_merges_on_keys_and_replay_is_a_no_op(tmp_path):
+    s = _sink(tmp_path / "t", "update", keys=["k"])
+    s.add_batch(0, pa.table({"k": ["a", "b"], "count": [1, 1]}))
+    s.add_batch(1, pa.table({"k": ["b", "c"], "count": [2, 1]}))
+    assert s.add_batch(1, pa.table({"k": ["b", "c"], "count": [2, 1]})).skipped_replay
+    assert _rows(tmp_path / "t", "k", "count") == [("a", 1), ("b", 2), ("c", 1)]
+
+
+def test_update_with_window_struct_key(tmp_path):
+    from datetime import datetime, timezone
+    w = pa.StructArray.from_arrays([pa.array([datetime(2024, 1, 1, h, tzinfo=timezone.utc) for h in (0, 1)],
+                                             pa.timestamp("us", tz="UTC")),
+                                    pa.array([datetime(2024, 1, 1, h + 1, tzinfo=timezone.utc) for h in (0, 1)],
+                                             pa.timestamp("us", tz="UTC"))], ["start", "end"])
+    s = _sink(tmp_path / "t", "update", keys=["window", "c"])
+    s.add_batch(0, pa.table({"window": w, "c": ["x", "x"], "count": [1, 5]}))
+    s.add_batch(1, pa.table({"window": w.slice(0, 1), "c": ["x"], "count": [3]}))
+    t = DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    assert sorted(t.column("count").to_pylist()) == [3, 5]
+
+
+def test_complete_overwrites_in_one_commit(tmp_path):
+    s = _sink(tmp_path / "t", "complete", keys=["k"])
+    s.add_batch(0, pa.table({"k": ["a"], "count": [1]}))
+    v0 = DeltaTable(str(tmp_path / "t")).version()
+    r = s.add_batch(1, pa.table({"k": ["a", "b"], "count": [2, 1]}))
+    assert r.version == v0 + 1
+    assert s.add_batch(1, pa.table({"k": ["a", "b"], "count": [2, 1]})).skipped_replay
+    assert _rows(tmp_path / "t", "k", "count") == [("a", 2), ("b", 1)]
+
+
+def test_delta_sink_needs_a_path(tmp_path):
+    mem = inc.read_stream.memory("id BIGINT")
+    with pytest.raises(ValueError, match="needs a table path"):
+        mem.write_stream.format("delta").checkpoint_location(str(tmp_path / "chk")).start()
+
+
+def test_foreach_batch_two_tables_example_runs(tmp_path):
+    import subprocess
+    import sys
+    root = __file__.rsplit("/tests/", 1)[0]
+    p = subprocess.run([sys.executable, f"{root}/examples/foreach_batch_two_tables.py", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "all_orders: 15 rows, last batch 2" in p.stdout and "big_orders: 6 rows, last batch 2" in p.stdout
