@@ -135,6 +135,9 @@ class ParseJsonOp(PhysicalOp):
         texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
         if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
             texts = _binary_as_text(con, texts)
+        fast = self._arrow_fast_path(table, texts)
+        if fast is not None:
+            return fast
         if table.num_rows == 0 or self._all_objects(con, texts):  # fast path: one validity pass + the transform
             parsed = self._transform(con, table, texts)
             if table.num_rows == 0 or not self._type_errors(con, texts, parsed):
@@ -152,6 +155,33 @@ class ParseJsonOp(PhysicalOp):
                 texts = _binary_as_text(con, texts)
         parsed = self._transform(con, table, texts)
         return parsed
+
+    def _arrow_fast_path(self, table: pa.Table, texts) -> pa.Table | None:
+        """Parse the whole column as one JSON-lines buffer with pyarrow's multithreaded reader.
+
+        Only taken when it provably parsed every value into exactly one row; anything unusual (a
+        null or blank value, a value spanning lines, a wrong type, invalid JSON) returns None and
+        the DuckDB path, which can name the bad row, decides."""
+        import pyarrow.json as pajson
+        n = len(texts)
+        if n == 0 or texts.null_count:
+            return None
+        joined = pc.binary_join_element_wise(texts, pa.scalar("\n"), pa.scalar(""))
+        import numpy as np
+        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=n + 1, offset=joined.offset * 4)
+        start, end = int(offsets[0]), int(offsets[n])
+        buf = joined.buffers()[2][start:end]
+        try:
+            opts = pajson.ParseOptions(explicit_schema=self.json_schema.to_arrow(), unexpected_field_behavior="ignore")
+            parsed = pajson.read_json(pa.BufferReader(buf), parse_options=opts,
+                                      read_options=pajson.ReadOptions(block_size=max(1 << 20, min(end - start + 1, 64 << 20))))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return None
+        if parsed.num_rows != n:
+            return None
+        cols = {f.name: parsed.column(f.name) for f in self.json_schema.fields}
+        cols.update({k: table.column(k) for k in self.keep})
+        return pa.table(cols).cast(self.schema)
 
     def _transform(self, con, table: pa.Table, texts) -> pa.Table:
         keep = {k: table.column(k) for k in self.keep}
