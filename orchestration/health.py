@@ -66,14 +66,16 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
 def _kafka_lag(rt: Any, off: Any) -> int | None:
     if off is None:
         return None
-    total, any_kafka = 0, False
+    total, known = 0, False
     for i, src in enumerate(rt.sources):
         if "kafka" not in type(src).__name__.lower():
             continue
-        any_kafka = True
         try:
-            b = src.backlog(off.end[str(i)]) or {}
+            b = src.backlog(off.end[str(i)])
         except Exception:  # noqa: BLE001 - lag is advisory
+            b = None
+        if b is None:       # the source cannot tell its lag cheaply
             continue
+        known = True
         total += int(sum(v for v in b.values() if isinstance(v, (int, float))))
-    return total if any_kafka else None
+    return total if known else None

@@ -54,7 +54,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
 
     @dg.op(name=f"{k}__plan", config_schema=PLAN_CONFIG, out=dg.Out(dict, is_required=False),
            description="Decide the batch from the log (redo or next); write offsets[N] first.")
-    def plan_op(context: dg.OpExecutionContext):
+    def plan_op(context):
         from increments.errors import ConcurrentRunError
         from increments.execution import steps
         from . import runner
@@ -80,6 +80,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             msg = f"{rt.where()}: nothing to do (no new data, no time-based work)"
             if drain is not None:
                 DrainLog.for_runtime(rt).finish(drain.drain_id)
+                context.log_event(drain_observation(spec, drain.drain_id, "done", drain.batches))
                 msg += f"; AvailableNow drain {drain.drain_id} is done"
             context.log.info(msg)
             _tag(context, {OUTCOME_TAG: "idle"})
@@ -100,7 +101,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
 
     def _step(name: str, fn_name: str, desc: str):
         @dg.op(name=f"{k}__{name}", ins={"batch": dg.In(dict)}, out=dg.Out(dict), description=desc)
-        def step_op(context: dg.OpExecutionContext, batch: dict):
+        def step_op(context, batch: dict):
             from increments.execution import steps
             rt = _rt(spec, context)
             plan = steps.load_plan(rt, batch["batch_id"])
@@ -109,7 +110,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         return step_op
 
     @dg.op(name=f"{k}__commit", ins={"batch": dg.In(dict)}, description="Write commits[N]; record lineage.")
-    def commit_op(context: dg.OpExecutionContext, batch: dict):
+    def commit_op(context, batch: dict):
         from increments.execution import steps
         from increments.checkpoint.drains import DrainLog
         from . import health, runner
@@ -129,6 +130,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                 if drain is not None and drain.active and not runner.drain_has_more(rt, drain):
                     DrainLog.for_runtime(rt).finish(drain.drain_id)
                     context.log.info(f"{rt.where()}: AvailableNow drain {drain.drain_id} reached its target; done")
+                    context.log_event(drain_observation(spec, drain.drain_id, "done", drain.batches + 1))
             _tag(context, {OUTCOME_TAG: "committed"})
         finally:
             runner.release_run(k, context.run_id)
@@ -138,6 +140,11 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             "process": _step("process", "process_batch", "Operators over the rows; state N-1 -> N."),
             "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
             "commit": commit_op}
+
+
+def drain_observation(spec: Any, drain_id: str, state: str, batches: int) -> dg.AssetObservation:
+    return dg.AssetObservation(asset_key=spec.sink_key, metadata={"drain_id": drain_id, "drain_state": state,
+                                                                  "drain_batches": batches})
 
 
 def _step_metadata(name: str, info: dict[str, Any]) -> dict[str, Any]:

@@ -99,7 +99,6 @@ def start_drain(rt: Any) -> tuple[Any, bool]:
 
 def drain_has_more(rt: Any, drain: Any) -> bool:
     """After a commit: is there anything left under the drain's targets (data or time-based work)?"""
-    from increments.execution import steps
     restore_drain(rt, drain)
     return pending_work(rt, probe=True)
 

@@ -1,0 +1,31 @@
+"""Code location of bench/dagster_overhead.py: one small file query and an empty one-op job."""
+import os
+
+import dagster as dg
+
+import increments as inc
+from orchestration import build_definitions
+
+ROOT = os.environ["INCREMENTS_BENCH_DIR"]
+
+
+def bench_copy():
+    return (inc.read_stream.files(os.path.join(ROOT, "landing"), format="json", schema="id BIGINT, name STRING",
+                                  max_files_per_trigger=1)
+            .write_stream.format("parquet").checkpoint_location(os.path.join(ROOT, "chk"))
+            .query_name("bench_copy").trigger(processing_time="1 minute"))
+
+
+@dg.op
+def noop():
+    return None
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def empty_job():
+    noop()
+
+
+defs = dg.Definitions.merge(
+    build_definitions([(bench_copy, {"path": os.path.join(ROOT, "lake"), "sensor_status": "stopped"})]),
+    dg.Definitions(jobs=[empty_job]))

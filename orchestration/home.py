@@ -1,0 +1,65 @@
+"""Prepare a DAGSTER_HOME from the shipped dagster.yaml.
+
+    python -m orchestration.home .dagster            # PostgreSQL storage ($DAGSTER_PG_URL or the default)
+    python -m orchestration.home .dagster --sqlite   # local SQLite storage, no server needed (demo)
+
+PostgreSQL: creates the database of the URL when it is missing, and prints the two exports to use
+before `dagster dev -w workspace.yaml`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+DEFAULT_PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/dagster"
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dagster.yaml")
+
+
+def instance_yaml(sqlite: bool = False) -> str:
+    """The shipped dagster.yaml; with sqlite=True its storage section is dropped (SQLite in the home)."""
+    with open(SHIPPED) as f:
+        text = f.read()
+    if sqlite:
+        text = re.sub(r"(?m)^storage:\n(?:  .*\n)+", "", text)
+    return text
+
+
+def ensure_database(url: str) -> None:
+    """CREATE DATABASE for the URL's database name if it does not exist (PostgreSQL, trust auth)."""
+    import sqlalchemy as sa
+    base, name = url.rsplit("/", 1)
+    admin = sa.create_engine(base + "/postgres", isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as c:
+        if not c.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
+            c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+
+
+def prepare_home(home: str, sqlite: bool = False, pg_url: str | None = None) -> dict[str, str]:
+    """Write <home>/dagster.yaml; return the environment to run dagster with."""
+    home = os.path.abspath(home)
+    os.makedirs(home, exist_ok=True)
+    with open(os.path.join(home, "dagster.yaml"), "w") as f:
+        f.write(instance_yaml(sqlite))
+    env = {"DAGSTER_HOME": home}
+    if not sqlite:
+        url = pg_url or os.environ.get("DAGSTER_PG_URL") or DEFAULT_PG_URL
+        ensure_database(url)
+        env["DAGSTER_PG_URL"] = url
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    sqlite = "--sqlite" in args
+    args = [a for a in args if a != "--sqlite"]
+    env = prepare_home(args[0] if args else ".dagster", sqlite=sqlite)
+    for k, v in env.items():
+        print(f"export {k}={v}")
+    print("dagster dev -w workspace.yaml")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

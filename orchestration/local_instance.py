@@ -1,0 +1,192 @@
+"""A real local Dagster instance for tests and benchmarks: `dagster-daemon run` and
+`dagster-webserver` subprocesses on a DAGSTER_HOME, plus small GraphQL helpers.
+
+    with LocalDagster(home, workspace_yaml, env={...}) as dg_:
+        run_id = dg_.launch("my_query_batch")
+        dg_.wait_run(run_id)
+
+Processes get their own session; `stop()` ends exactly those process groups.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import requests
+
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalDagster:
+    def __init__(self, home: str, workspace: str, env: dict[str, str] | None = None, cwd: str | None = None,
+                 location: str | None = None):
+        self.home = home
+        self.workspace = workspace
+        self.env = {**os.environ, **(env or {}), "DAGSTER_HOME": home}
+        self.cwd = cwd
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.location = location
+        self.procs: list[subprocess.Popen] = []
+
+    # -- processes ----------------------------------------------------------------------
+    def start(self, timeout: float = 120) -> "LocalDagster":
+        bindir = os.path.dirname(sys.executable)
+        logs = os.path.join(self.home, "logs")
+        os.makedirs(logs, exist_ok=True)
+        for name, cmd in (("daemon", [os.path.join(bindir, "dagster-daemon"), "run", "-w", self.workspace]),
+                          ("webserver", [os.path.join(bindir, "dagster-webserver"), "-w", self.workspace,
+                                         "-h", "127.0.0.1", "-p", str(self.port)])):
+            out = open(os.path.join(logs, f"{name}.log"), "w")
+            self.procs.append(subprocess.Popen(cmd, env=self.env, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"dagster process {p.args[0]} exited ({p.returncode}); see {self.home}/logs")
+            try:
+                res = self.gql("{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+                               "locationOrLoadError { __typename ... on PythonError { message } } } } } }")
+                entries = res["workspaceOrError"]["locationEntries"]
+                last = entries
+                if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+                    errs = [e for e in entries if e["locationOrLoadError"]["__typename"] == "PythonError"]
+                    if errs:
+                        raise RuntimeError(f"code location failed to load: {errs}")
+                    self.location = self.location or entries[0]["name"]
+                    return
+            except requests.RequestException as e:
+                last = e
+            time.sleep(0.5)
+        raise TimeoutError(f"dagster webserver not ready after {timeout}s: {last}")
+
+    def _descendants(self) -> list[int]:
+        """Pids below our processes (code servers may start their own session, out of our groups)."""
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+        out, todo = [], [p.pid for p in self.procs]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                out.append(c)
+                todo.append(c)
+        return out
+
+    def stop(self) -> None:
+        below = self._descendants() if os.path.isdir("/proc") else []
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(5)
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.procs.clear()
+
+    def __enter__(self) -> "LocalDagster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- GraphQL ------------------------------------------------------------------------
+    def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        r = requests.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
+        if r.status_code >= 400:
+            raise RuntimeError(f"GraphQL HTTP {r.status_code}: {r.text[:2000]}")
+        body = r.json()
+        if body.get("errors"):
+            raise RuntimeError(f"GraphQL errors: {body['errors']}")
+        return body["data"]
+
+    def launch(self, job: str, run_config: dict[str, Any] | None = None, tags: dict[str, str] | None = None) -> str:
+        q = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+                 ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+                 ... on RunConfigValidationInvalid { errors { message } } ... on PipelineNotFoundError { message } } }"""
+        p = {"selector": {"repositoryLocationName": self.location, "repositoryName": "__repository__", "jobName": job},
+             "runConfigData": run_config or {},
+             "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}}
+        res = self.gql(q, {"p": p})["launchRun"]
+        if res["__typename"] != "LaunchRunSuccess":
+            raise RuntimeError(f"launchRun {job}: {res}")
+        return res["run"]["runId"]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        q = """query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { runId status startTime endTime
+                 creationTime tags { key value } } } }"""
+        res = self.gql(q, {"id": run_id})["runOrError"]
+        res["tags"] = {t["key"]: t["value"] for t in res.get("tags", [])}
+        return res
+
+    def wait_run(self, run_id: str, timeout: float = 120) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.run(run_id)
+            if r["status"] in TERMINAL:
+                return r
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still {r['status']} after {timeout}s")
+            time.sleep(0.5)
+
+    def runs(self, tags: dict[str, str] | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        q = """query($f: RunsFilter, $l: Int) { runsOrError(filter: $f, limit: $l) { ... on Runs { results {
+                 runId jobName status creationTime startTime endTime tags { key value } } } } }"""
+        f = {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}
+        out = self.gql(q, {"f": f, "l": limit})["runsOrError"]["results"]
+        for r in out:
+            r["tags"] = {t["key"]: t["value"] for t in r["tags"]}
+        return out
+
+    def materializations(self, asset_key: list[str], limit: int = 100) -> list[dict[str, Any]]:
+        """Materialization events of an asset (newest first) with their metadata as a dict."""
+        q = """query($k: AssetKeyInput!, $l: Int) { assetOrError(assetKey: $k) { __typename ... on Asset {
+                 assetMaterializations(limit: $l) { runId timestamp metadataEntries { label __typename
+                   ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
+                   ... on TextMetadataEntry { text } ... on JsonMetadataEntry { jsonString }
+                   ... on TimestampMetadataEntry { timestamp } } } } } }"""
+        res = self.gql(q, {"k": {"path": asset_key}, "l": limit})["assetOrError"]
+        out = []
+        for m in res.get("assetMaterializations", []):
+            md = {}
+            for e in m["metadataEntries"]:
+                md[e["label"]] = next((e[k] for k in ("intValue", "floatValue", "text", "jsonString", "timestamp")
+                                       if k in e), None)
+            out.append({"runId": m["runId"], "timestamp": m["timestamp"], "metadata": md})
+        return out

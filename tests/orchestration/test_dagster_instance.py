@@ -1,0 +1,167 @@
+"""Batch runs on a real Dagster instance (daemon + webserver, PostgreSQL storage, the run queue
+with the per-query tag limit, run retries and monitoring): sensor and schedule drains, the refusal
+of duplicate launches, a SIGKILLed run retried to exactly-once output, lineage over GraphQL and the
+asset page in headless Chromium."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import pyarrow.compute as pc
+import pytest
+import sqlalchemy as sa
+
+from orch_util import ROWS_PER_FILE, write_files
+
+pytestmark = pytest.mark.dagster
+
+
+def wait_for(pred, timeout: float, what: str, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def query_runs(d, q: str) -> list[dict]:
+    return d.runs({"increments/query": q})
+
+
+def committed(d, q: str) -> list[dict]:
+    return sorted((r for r in query_runs(d, q) if r["tags"].get("increments/outcome") == "committed"),
+                  key=lambda r: int(r["tags"]["increments/batch_id"]))
+
+
+def delta_ids(path: str) -> list[int]:
+    from deltalake import DeltaTable
+    return sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist())
+
+
+def parquet_ids(path: str) -> list[int]:
+    import increments as inc
+    t = inc.read.parquet_sink(path)
+    return sorted(t.column("id").to_pylist()) if t.num_rows else []
+
+
+def test_sensor_runs_drain_source_then_stop(dagster_env):
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    runs = wait_for(lambda: len(committed(d, "sensor_copy")) >= 3 and committed(d, "sensor_copy"), 150,
+                    "3 committed sensor batch runs")
+    assert [r["tags"]["increments/batch_id"] for r in runs] == ["0", "1", "2"]
+    assert all(r["status"] == "SUCCESS" and r["tags"].get("dagster/sensor_name") == "sensor_copy_trigger" for r in runs)
+    assert delta_ids(os.path.join(root, "lake", "sensor_copy")) == sorted(
+        f * 1000 + r for f in range(3) for r in range(ROWS_PER_FILE))
+    # drained: two more sensor intervals launch nothing
+    n = len(query_runs(d, "sensor_copy"))
+    time.sleep(12)
+    assert len(query_runs(d, "sensor_copy")) == n
+    # new data -> the next batch, by the sensor
+    write_files(root, "sensor_copy", 1, start=3)
+    wait_for(lambda: len(committed(d, "sensor_copy")) == 4, 60, "batch 3 after new data")
+    assert len(delta_ids(os.path.join(root, "lake", "sensor_copy"))) == 4 * ROWS_PER_FILE
+
+
+def test_schedule_tick_drains_available_now(dagster_env):
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    drains = wait_for(lambda: [r for r in query_runs(d, "drain_copy")
+                               if r["tags"].get("dagster/schedule_name") == "drain_copy_available_now_schedule"],
+                      100, "a schedule tick's drain run")
+    assert drains[-1]["jobName"] == "drain_copy_available_now"
+    runs = wait_for(lambda: len(committed(d, "drain_copy")) >= 3 and committed(d, "drain_copy"), 120,
+                    "3 committed drain batch runs")
+    first_drain = runs[0]["tags"]["increments/drain_id"]
+    assert [r["tags"]["increments/batch_id"] for r in runs[:3]] == ["0", "1", "2"]
+    assert all(r["tags"]["increments/drain_id"] == first_drain for r in runs[:3])
+    assert delta_ids(os.path.join(root, "lake", "drain_copy")) == sorted(
+        f * 1000 + r for f in range(3) for r in range(ROWS_PER_FILE))
+    eng = sa.create_engine(dagster_env["log_url"], poolclass=sa.pool.NullPool)
+
+    def drain_done():
+        with eng.connect() as c:
+            return c.execute(sa.text("SELECT state, batches FROM increments_drains WHERE drain_id = :d"),
+                             {"d": first_drain}).first()
+    state = wait_for(lambda: (r := drain_done()) and r.state == "done" and r, 30, "the drain marked done")
+    assert state.batches == 3
+    eng.dispose()
+
+
+def test_two_launches_one_commits_the_other_is_refused(dagster_env):
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    write_files(root, "manual_copy", 2)
+    cfg = {"ops": {"plan": {"config": {"batch_id": 0}}}}
+    a, b = d.launch("manual_copy_batch", cfg), d.launch("manual_copy_batch", cfg)
+    ra, rb = d.wait_run(a, 120), d.wait_run(b, 120)
+    assert ra["status"] == rb["status"] == "SUCCESS"
+    assert sorted([ra["tags"]["increments/outcome"], rb["tags"]["increments/outcome"]]) == ["committed", "refused"]
+    # launchpad with no config: the next batch; a re-execution of batch 0 is refused
+    nxt = d.wait_run(d.launch("manual_copy_batch"), 120)
+    assert (nxt["tags"]["increments/outcome"], nxt["tags"]["increments/batch_id"]) == ("committed", "1")
+    again = d.wait_run(d.launch("manual_copy_batch", cfg), 120)
+    assert again["tags"]["increments/outcome"] == "refused"
+    assert parquet_ids(os.path.join(root, "lake", "manual_copy")) == sorted(
+        f * 1000 + r for f in range(2) for r in range(ROWS_PER_FILE))
+
+
+def test_killed_run_is_retried_to_exactly_once(dagster_env):
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    write_files(root, "kill_copy", 2)
+    open(os.path.join(root, "pause-kill_copy"), "w").close()
+    run_id = d.launch("kill_copy_batch")
+    pid_file = os.path.join(root, "kill_copy.pid")
+    wait_for(lambda: os.path.exists(pid_file), 90, "the run to write its batch and pause")
+    os.kill(int(open(pid_file).read()), signal.SIGKILL)
+    assert d.wait_run(run_id, 60)["status"] == "FAILURE"
+    retry = wait_for(lambda: [r for r in query_runs(d, "kill_copy") if r["tags"].get("dagster/parent_run_id") == run_id],
+                     90, "the automatic retry")[0]
+    retry = d.wait_run(retry["runId"], 120)
+    assert retry["status"] == "SUCCESS"
+    assert (retry["tags"]["increments/batch_id"], retry["tags"]["increments/attempt"]) == ("0", "2")
+    nxt = d.wait_run(d.launch("kill_copy_batch"), 120)
+    assert nxt["tags"]["increments/batch_id"] == "1"
+    assert parquet_ids(os.path.join(root, "lake", "kill_copy")) == sorted(
+        f * 1000 + r for f in range(2) for r in range(ROWS_PER_FILE))
+
+
+def test_graphql_returns_batch_lineage(dagster_env):
+    d = dagster_env["dagster"]
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 3, 150, "sensor batches")
+    mats = d.materializations(["sink", "sensor_copy"])
+    by_batch = {m["metadata"]["batch_id"]: m for m in mats}
+    assert {0, 1, 2} <= set(by_batch)
+    m = by_batch[1]["metadata"]
+    assert m["offsets"] == "0: 0 -> 1"
+    assert m["num_input_rows"] == m["num_output_rows"] == ROWS_PER_FILE
+    assert m["sink_version"] == 1 and "DeltaSink" in m["sink"]
+    for key in ("watermark", "state_versions", "durations_ms", "batch_duration_ms", "dagster_run_id", "sources"):
+        assert key in m
+    runs = {r["runId"]: r for r in committed(d, "sensor_copy")}
+    assert runs[by_batch[1]["runId"]]["tags"]["increments/batch_id"] == "1"
+    checks = d.gql("""{ assetNodes(assetKeys: [{path: ["sink", "sensor_copy"]}]) { assetChecksOrError {
+                        ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } } }""")
+    names = {c["name"]: c for c in checks["assetNodes"][0]["assetChecksOrError"]["checks"]}
+    assert set(names) == {"processed_rate", "batch_duration", "state_rows", "kafka_lag"}
+
+
+def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
+    d = dagster_env["dagster"]
+    runs = wait_for(lambda: len(committed(d, "sensor_copy")) >= 3 and committed(d, "sensor_copy"), 150, "batches")
+    url = f"{d.url}/assets/sink/sensor_copy?view=events"
+    base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--virtual-time-budget=20000", "--window-size=1600,1200"]
+    dom = subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120).stdout
+    shot = tmp_path / "asset_page.png"
+    subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", f"--screenshot={shot}", url],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    assert "sensor_copy" in dom
+    assert "batch_id" in dom, "the asset's events view should list batch materializations with their metadata"
+    assert any(r["runId"][:8] in dom for r in runs), "the events view should name the batch runs"
