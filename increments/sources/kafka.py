@@ -217,7 +217,11 @@ class KafkaSource(Source):
         self._target = target
 
     def backlog(self, end: Any) -> dict[str, Any] | None:
-        return None
+        """Offsets available beyond `end` (the Kafka lag of the query), per topic-partition and in total.
+        Side-effect free: it only asks the broker for each partition's end."""
+        wms = self._watermarks(self._partitions())
+        per = {f"{t}/{p}": max(0, hi - (end or {}).get(t, {}).get(str(p), lo)) for (t, p), (lo, hi) in wms.items()}
+        return {"offsets_pending": sum(per.values()), "per_partition": per}
 
     def _loss(self, topic: str, partition: int, lo: int, hi: int, why: str) -> int:
         msg = (f"topic {topic!r}, partition {partition}: offsets [{lo}, {hi}) are no longer available ({why}). "

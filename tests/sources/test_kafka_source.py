@@ -143,3 +143,16 @@ def test_data_loss_when_topic_recreated(kafka_broker, tmp_path):
     produce(kafka_broker, topic, [json.dumps({"id": 11})])
     _run(skip, tmp_path / "chk", fn)
     assert _ids(got) == [11]
+
+
+def test_backlog_reports_the_offsets_beyond_an_end(kafka_broker):
+    """The lag the Dagster sensor and the kafka_lag check read: side-effect free."""
+    from increments.sources.kafka import KafkaSource
+    topic = create_topic(kafka_broker, partitions=2)
+    produce(kafka_broker, topic, ["{}"] * 6, partition=0)
+    produce(kafka_broker, topic, ["{}"] * 4, partition=1)
+    src = KafkaSource(kafka_broker, topic=topic)
+    assert src.backlog({topic: {"0": 0, "1": 0}})["offsets_pending"] == 10
+    assert src.backlog({topic: {"0": 6, "1": 1}}) == {"offsets_pending": 3,
+                                                      "per_partition": {f"{topic}/0": 0, f"{topic}/1": 3}}
+    src.close()
