@@ -161,13 +161,15 @@ class SessionWindowOp(PhysicalOp):
             value = (e,) + tuple(vals[i])
             keep.add((g, s))
             before = stored.get((g, s))
+            k = uniq[g]
+            # Spark upserts every session of a touched key (counted as updated), changed or not
+            store.put(encode_key(k + (s,)), encode_value(value))
             if before == value:
                 continue
-            k = uniq[g]
-            store.put(encode_key(k + (s,)), encode_value(value))
-            if before is not None:
+            if before is not None and before[0] != e:
                 index.delete(encode_key((before[0],) + k + (s,)))
-            index.put(encode_key((e,) + k + (s,)), b"")
+            if before is None or before[0] != e:
+                index.put(encode_key((e,) + k + (s,)), b"")
             ch_keys.append(k + (s,)); ch_end.append(e); ch_rows.append(i)
         for (g, s), v in stored.items():
             if (g, s) not in keep:
@@ -207,11 +209,15 @@ class SessionWindowOp(PhysicalOp):
 def build_session_window(compiler: Any, node: Any) -> PhysicalOp:
     child = compiler.build(node.child)
     mode = compiler.output_mode
+    if mode == "update":
+        raise AnalysisException(
+            "update output mode is not supported for session window aggregations (as in Spark): use append "
+            "(with a watermark on the session column) or complete output mode")
     op = SessionWindowOp(child, node.keys, node.aggs, mode)
     if mode == "append" and not op.watermarked:
         raise AnalysisException(
             f"append output mode needs a watermark on the session window's column {op.spec.column!r}: add "
-            f".with_watermark({op.spec.column!r}, \"<delay>\") before group_by (or use update or complete output mode)")
+            f".with_watermark({op.spec.column!r}, \"<delay>\") before group_by (or use complete output mode)")
     compiler.next_operator_id(op)
     op.operator_name = "sessionWindowStateStoreSaveExec"
     op.evicts_by_watermark = mode in ("append", "update") and bool(compiler.watermark_delays)

@@ -1,0 +1,155 @@
+"""drop_duplicates(subset) and drop_duplicates_within_watermark(subset) (SEMANTICS.md rule 5).
+
+drop_duplicates, one batch:
+    1. when the input carries a watermarked event-time column: rows with event_time <= WL_b are
+       dropped and counted (input rows), whether or not the column is in the subset (as Spark)
+    2. the first row of each subset key within the batch is the candidate (row order)
+    3. it is emitted iff its key is not in state; the key is then stored
+    4. if the event-time column is in the subset, keys with event_time <= W_b are evicted (range
+       delete: key = (event_time_us, *other subset values)); otherwise state grows without bound
+       (a warning is recorded at planning time)
+drop_duplicates_within_watermark, one batch (needs a watermark):
+    1. rows with event_time <= WL_b are dropped and counted
+    2. first row per key in the batch; emitted iff the key is not in state; stored with
+       expiry = event_time + delay (a dropped duplicate does not refresh it)
+    3. keys with expiry <= W_b are evicted, found by a range scan of the side index store
+       state/<id>-byexpiry/ keyed (expiry_us, *subset) (committed/aborted with the primary stores)
+Partitions: md5 of the subset values (without the event time for the within-watermark variant).
+Recovery: state version N-1 is loaded and N committed by the engine, so a redo is exact.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import AnalysisException
+from ..plan import nodes as n
+from ..plan.compiler import register
+from ..sql import run_sql
+from .base import BatchContext, PhysicalOp
+from .state_util import (columns_pylist, duck_type, encode_rows, partition_sql, q, side_stores,
+                         split_by_partition, time_bound, write_schema_once)
+from state.encoding import decode_key, encode_key, encode_value
+
+_EMPTY = encode_value(())
+
+
+class DeduplicateOp(PhysicalOp):
+    stateful = True
+
+    def __init__(self, child: PhysicalOp, subset: tuple[str, ...] | None, within_watermark: bool):
+        super().__init__([child], child.schema)
+        cs = child.schema
+        self.subset = list(subset) if subset else list(cs.names)
+        for c in self.subset:
+            if c not in cs.names:
+                raise AnalysisException(f"drop_duplicates: no column {c!r} (columns: {cs.names})")
+        self.within = within_watermark
+        wm = child.event_time_cols
+        self.event_col = next(iter(wm), None)          # the watermarked column of the input
+        self.delay_us = wm[self.event_col][1] * 1000 if self.event_col else 0
+        if within_watermark:
+            if self.event_col is None:
+                raise AnalysisException("drop_duplicates_within_watermark needs a watermark: add "
+                                        ".with_watermark(\"<event time column>\", \"<delay>\") before it")
+            self.key_cols = [c for c in self.subset if c != self.event_col]
+            if not self.key_cols:
+                raise AnalysisException("drop_duplicates_within_watermark: the subset needs a column other than "
+                                        f"the event-time column {self.event_col!r}")
+            self.time_in_key = False
+        else:
+            self.time_in_key = self.event_col in self.subset
+            self.key_cols = [c for c in self.subset if c != self.event_col] if self.time_in_key else self.subset
+        self.key_columns = list(self.subset)
+
+    def key_fields(self) -> list[tuple[str, str]]:
+        cs = self.children[0].schema
+        time = [(self.event_col, "TIMESTAMPTZ")] if self.time_in_key else []
+        return time + [(c, duck_type(cs.field(c).type)) for c in self.key_cols]
+
+    def value_fields(self) -> list[tuple[str, str]]:
+        return [("expires_at", "TIMESTAMPTZ")] if self.within else []
+
+    def state_schema(self) -> dict[str, Any]:
+        return {"key": self.key_fields(), "value": self.value_fields(), "within_watermark": self.within}
+
+    def describe(self) -> str:
+        return f"{'DedupWithinWatermark' if self.within else 'Deduplicate'}[{', '.join(self.subset)}]"
+
+    def _candidates(self, ctx: BatchContext, table: pa.Table, nparts: int) -> pa.Table:
+        table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        if self.event_col:
+            late = pc.fill_null(pc.less_equal(pc.cast(table.column(self.event_col), pa.int64()),
+                                              ctx.late_watermark_ms * 1000), False)
+            n_late = pc.sum(late).as_py() or 0
+            if n_late:
+                ctx.count_dropped(self, n_late)
+                table = table.filter(pc.invert(late))
+        keys = ([q(self.event_col)] if self.time_in_key else []) + [q(c) for c in self.key_cols]
+        extra = f", epoch_us({q(self.event_col)}) AS __t" if self.event_col else ""
+        return run_sql(f"SELECT *{extra}, {partition_sql(keys, nparts)} AS __p FROM __in "
+                       f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY __rn) = 1 ORDER BY __rn",
+                       {"__in": table})
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        table = self.children[0].execute(ctx)
+        stores = ctx.stores(self)
+        index = side_stores(ctx, self, "byexpiry") if self.within else None
+        write_schema_once(self, ctx, self.key_fields(), self.value_fields())
+        cand = self._candidates(ctx, table, len(stores))
+        out = []
+        for p, part in enumerate(split_by_partition(cand, len(stores))):
+            store, idx = stores[p], (index[p] if index else None)
+            if part.num_rows:
+                kcols = columns_pylist(part, self.key_cols)
+                if self.time_in_key:
+                    kcols = [part.column("__t").to_pylist()] + kcols
+                keys = encode_rows(kcols)
+                fresh = [v is None for v in store.multi_get(keys)]
+                if self.within:
+                    expiry = pc.add(part.column("__t"), self.delay_us).to_pylist()
+                    for k, row, f, e in zip(keys, zip(*kcols), fresh, expiry):
+                        if f:
+                            store.put(k, encode_value((e,)))
+                            idx.put(encode_key((e,) + row), b"")
+                else:
+                    for k, f in zip(keys, fresh):
+                        if f:
+                            store.put(k, _EMPTY)
+                out.append(part.filter(pa.array(fresh, pa.bool_())))
+            self._evict(ctx, store, idx)
+        if not out:
+            return self.schema.empty_table()
+        result = pa.concat_tables(out)
+        result = result.take(pc.sort_indices(result.column("__rn")))
+        return result.select(self.schema.names)
+
+    def _evict(self, ctx: BatchContext, store, index) -> None:
+        end = time_bound(ctx.watermark_ms)
+        if self.within:
+            pkeys = [encode_key(decode_key(kb)[1:]) for kb, _ in index.range_scan(None, end)]
+            for kb in pkeys:
+                store.delete(kb)
+            index.delete_range(None, end)
+        elif self.time_in_key:
+            store.delete_range(None, end)
+
+
+@register(n.Deduplicate)
+def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:
+    child = compiler.build(node.child)
+    op = DeduplicateOp(child, node.subset, node.within_watermark)
+    compiler.next_operator_id(op)
+    op.operator_name = "dedupeWithinWatermark" if op.within else "dedupe"
+    # Spark runs the trailing no-data batch for any dedup in a query with a watermark
+    op.evicts_by_watermark = bool(compiler.watermark_delays)
+    if not op.within and not op.time_in_key:
+        compiler.warnings.append(
+            f"drop_duplicates({op.subset}) keeps every key forever (unbounded state): include the watermarked "
+            "event-time column in the subset, or use drop_duplicates_within_watermark")
+        import logging
+        logging.getLogger("increments.dedup").warning("%s", compiler.warnings[-1])
+    return op

@@ -1,0 +1,162 @@
+"""Tumbling and sliding window aggregation, batch for batch as SEMANTICS.md (rules 1-6) says.
+
+The data puts rows on window boundaries (10:05:00 belongs to [10:05, 10:10)), 1 s either side
+(10:04:59), exactly at/inside the (W_{b-1}, W_b] band and very late; expected values were
+derived from the rules (and agree with Spark 4.3 on the same files).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import increments as inc
+from increments import functions as F
+from agg_testutil import STORES, metrics, row as r, run, watermarks, write_files
+
+WA = [[r("a", "10:00:00", 1), r("a", "10:04:59", 2), r("b", "10:05:00", 3), r("a", "10:12:00", 4)],
+      [r("a", "10:02:00", 5), r("b", "10:07:00", 6), r("a", "10:26:00", 7)],
+      # WL = 10:02, W = 10:16: a@10:01:59 is in window [10:00,10:05) whose end 10:05 > WL -> kept,
+      # and the window closes (end <= W) in this same batch
+      [r("a", "10:01:59", 8), r("a", "10:04:00", 9), r("b", "10:03:00", 1), r("b", "10:09:59", 2), r("a", "10:15:00", 3),
+       r("a", "10:40:00", 1)],
+      # WL = 10:16: a@10:14:59 (window end 10:15) is late; b@10:15:00 (end 10:20) is not
+      [r("a", "10:14:59", 2), r("b", "10:15:00", 3), r("a", "10:30:00", 4), r("a", "10:29:59", 5), r("c", "10:20:01", 6)],
+      [r("a", "11:00:00", 1)]]
+WMS = ["epoch", "10:02", "10:16", "10:30", "10:30", "10:50"]
+
+
+def tumbling(df):
+    return df.with_watermark("ts", "10 minutes").group_by(F.window("ts", "5 minutes"), "id").agg(F.count(), F.sum("v"))
+
+
+def sliding(df):
+    return df.with_watermark("ts", "10 minutes").group_by(F.window("ts", "10 minutes", "5 minutes")).count()
+
+
+W = lambda a, b: (a, b)  # noqa: E731
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_tumbling_append(tmp_path, store):
+    out, prog, chk = run(tmp_path, WA, tumbling, "append", store)
+    assert out == {
+        0: [], 1: [],
+        2: [(W("10:00", "10:05"), "a", 5, 25), (W("10:00", "10:05"), "b", 1, 1), (W("10:05", "10:10"), "b", 3, 11),
+            (W("10:10", "10:15"), "a", 1, 4)],
+        3: [(W("10:15", "10:20"), "a", 1, 3), (W("10:15", "10:20"), "b", 1, 3), (W("10:20", "10:25"), "c", 1, 6),
+            (W("10:25", "10:30"), "a", 2, 12)],
+        4: [],
+        5: [(W("10:30", "10:35"), "a", 1, 4), (W("10:40", "10:45"), "a", 1, 1)]}   # the trailing no-data batch
+    assert watermarks(prog) == WMS
+    assert metrics(prog) == [(3, 3, 0, 0), (4, 3, 0, 0), (3, 5, 4, 0), (2, 4, 4, 1), (3, 1, 0, 0), (1, 0, 2, 0)]
+    assert [p["num_input_rows"] for p in prog] == [4, 3, 6, 5, 1, 0]
+    assert prog[0]["state_operators"][0]["operator_name"] == "stateStoreSave"
+    assert all(p["state_operators"][0]["memory_used_bytes"] > 0 for p in prog)
+    state = inc.read_state(chk, operator="0")
+    assert state.num_rows == 1 and state.column("id").to_pylist() == ["a"]
+    assert state.column("count").to_pylist() == [1] and state.column("sum(v)").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_tumbling_update(tmp_path, store):
+    out, prog, _ = run(tmp_path, WA, tumbling, "update", store)
+    assert out == {
+        0: [(W("10:00", "10:05"), "a", 2, 3), (W("10:05", "10:10"), "b", 1, 3), (W("10:10", "10:15"), "a", 1, 4)],
+        1: [(W("10:00", "10:05"), "a", 3, 8), (W("10:05", "10:10"), "b", 2, 9), (W("10:25", "10:30"), "a", 1, 7)],
+        2: [(W("10:00", "10:05"), "a", 5, 25), (W("10:00", "10:05"), "b", 1, 1), (W("10:05", "10:10"), "b", 3, 11),
+            (W("10:15", "10:20"), "a", 1, 3), (W("10:40", "10:45"), "a", 1, 1)],
+        3: [(W("10:15", "10:20"), "b", 1, 3), (W("10:20", "10:25"), "c", 1, 6), (W("10:25", "10:30"), "a", 2, 12),
+            (W("10:30", "10:35"), "a", 1, 4)],
+        4: [(W("11:00", "11:05"), "a", 1, 1)],
+        5: []}
+    assert watermarks(prog) == WMS
+    assert metrics(prog) == [(3, 3, 0, 0), (4, 3, 0, 0), (3, 5, 4, 0), (2, 4, 4, 1), (3, 1, 0, 0), (1, 0, 2, 0)]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_tumbling_complete_keeps_everything(tmp_path, store):
+    out, prog, _ = run(tmp_path, WA, tumbling, "complete", store)
+    assert len(prog) == 5                      # complete mode: no trailing batch
+    assert out[1] == [(W("10:00", "10:05"), "a", 3, 8), (W("10:05", "10:10"), "b", 2, 9),
+                      (W("10:10", "10:15"), "a", 1, 4), (W("10:25", "10:30"), "a", 1, 7)]
+    # nothing is late in complete mode: a@10:14:59 joins [10:10, 10:15) in batch 3
+    assert (W("10:10", "10:15"), "a", 2, 6) in out[3]
+    assert len(out[4]) == 11
+    assert metrics(prog) == [(3, 3, 0, 0), (4, 3, 0, 0), (7, 5, 0, 0), (10, 5, 0, 0), (11, 1, 0, 0)]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_complete_without_watermark_reports_none(tmp_path, store):
+    out, prog, _ = run(tmp_path, WA[:2], lambda df: df.group_by("id").agg(F.count(), F.max("ts"), F.avg("v")),
+                       "complete", store)
+    assert len(prog) == 2 and all("watermark" not in p["event_time"] for p in prog)
+    assert out[1] == [("a", 5, "10:26", 3.8), ("b", 2, "10:07", 4.5)]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_sliding_append_late_per_window(tmp_path, store):
+    out, prog, _ = run(tmp_path, WA, sliding, "append", store)
+    assert out == {
+        0: [], 1: [],
+        2: [(W("09:55", "10:05"), 6), (W("10:00", "10:10"), 9), (W("10:05", "10:15"), 4)],
+        # a@10:14:59 is late for [10:05,10:15) (dropped: 1 group) and counted in [10:10,10:20)
+        3: [(W("10:10", "10:20"), 4), (W("10:15", "10:25"), 3), (W("10:20", "10:30"), 3)],
+        4: [],
+        5: [(W("10:25", "10:35"), 3), (W("10:30", "10:40"), 1), (W("10:35", "10:45"), 1), (W("10:40", "10:50"), 1)]}
+    assert metrics(prog) == [(4, 4, 0, 0), (6, 5, 0, 0), (6, 7, 3, 0), (4, 5, 3, 1), (6, 2, 0, 0), (2, 0, 4, 0)]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_dropped_counts_groups_not_rows(tmp_path, store):
+    batches = [[r("a", "10:30")], [r("a", "10:00"), r("a", "10:01"), r("a", "10:02"), r("b", "10:03"), r("a", "10:31")],
+               [r("a", "10:00"), r("a", "10:01"), r("b", "10:03"), r("a", "10:31")]]
+    out, prog, _ = run(tmp_path, batches, tumbling, "update", store)
+    # batch 1 uses WL = epoch: nothing late; batch 2 uses WL = 10:20: 3 late rows in 2 groups
+    assert [m[3] for m in metrics(prog)] == [0, 0, 2]
+    assert out[2] == [(W("10:30", "10:35"), "a", 3, 3)]
+
+
+def test_append_without_watermark_is_refused(tmp_path):
+    df = inc.read_stream.files(str(write_files(str(tmp_path / "in"), WA[:1])), "json",
+                               "id STRING, ts TIMESTAMP, v BIGINT")
+    with pytest.raises(inc.AnalysisException, match="with_watermark"):
+        df.group_by(F.window("ts", "5 minutes")).count().write_stream.format("memory").query_name("nowm") \
+            .output_mode("append").start()
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_restart_with_changed_aggregation_is_refused(tmp_path, store):
+    run(tmp_path, WA[:2], tumbling, "update", store, name="x")
+    with pytest.raises(inc.IncompatibleCheckpointError):
+        run(tmp_path, WA[:2], lambda df: df.with_watermark("ts", "10 minutes")
+            .group_by(F.window("ts", "10 minutes"), "id").count(), "update", store, name="x")
+
+
+def _job(src, chk, out, store, *crash):
+    job = os.path.join(os.path.dirname(__file__), "agg_crash_job.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, job, src, chk, out, store, *map(str, crash)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _read(out_dir):
+    return {int(f.split(".")[0]): sorted(open(os.path.join(out_dir, f)).read().splitlines())
+            for f in os.listdir(out_dir) if f.endswith(".jsonl")}
+
+
+@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("crash", [(2, "process"), (3, "write"), (5, "read")])
+def test_crash_and_restart_reproduce_output(tmp_path, store, crash):
+    src = write_files(str(tmp_path / "in"), WA)
+    ref = _job(src, str(tmp_path / "chk-ref"), str(tmp_path / "out-ref"), store)
+    assert ref.returncode == 0, ref.stderr
+    first = _job(src, str(tmp_path / "chk"), str(tmp_path / "out"), store, *crash)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    second = _job(src, str(tmp_path / "chk"), str(tmp_path / "out"), store)
+    assert second.returncode == 0, second.stderr
+    assert _read(str(tmp_path / "out")) == _read(str(tmp_path / "out-ref"))
+    assert sorted(_read(str(tmp_path / "out-ref"))) == [0, 1, 2, 3, 4, 5]
