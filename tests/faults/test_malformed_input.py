@@ -105,3 +105,34 @@ def test_far_past_event_times_are_dropped_as_late_and_counted(tmp_path):
     assert by[1] == 1 and by[2] == 2
     # as in Spark, the 1970 row of batch 1 was not late yet: it forms its own window, emitted at once
     assert ("1970-01-02T00:00:00+00:00", "c1", 1) in out[1]
+
+
+@pytest.mark.faults
+def test_huge_row_and_empty_file_go_through(tmp_path):
+    inp, chk, out = str(tmp_path / "in"), str(tmp_path / "chk"), {}
+    os.makedirs(inp)
+    huge = "x" * (8 << 20)  # one 8 MiB campaign id
+    _write(f"{inp}/a.json", [_ev(huge, "2026-01-01T00:01:00Z"), _ev("c1", "2026-01-01T00:02:00Z")])
+    _write(f"{inp}/b.json", [])
+    _write(f"{inp}/c.json", [_ev("c1", "2026-01-01T00:40:00Z")])
+    q = _start(inp, chk, out)
+    q.await_termination()
+    assert [p["num_input_rows"] for p in q.recent_progress][:3] == [2, 0, 1]
+    emitted = sorted(row for b in out for row in out[b])
+    assert emitted == sorted([("2026-01-01T00:00:00+00:00", huge, 1), ("2026-01-01T00:00:00+00:00", "c1", 1)])
+
+
+@pytest.mark.faults
+@pytest.mark.kafka
+def test_huge_kafka_message_is_read_and_parsed(tmp_path, kafka_broker):
+    from broker import create_topic, produce
+    topic = create_topic(kafka_broker, partitions=1)
+    big = json.dumps({"campaign_id": "c" * 900_000, "event_time": "2026-01-01T00:01:00Z"})
+    produce(kafka_broker, topic, [big, json.dumps({"campaign_id": "c1", "event_time": "2026-01-01T00:02:00Z"})])
+    got = {}
+    q = (inc.read_stream.kafka(kafka_broker, topic=topic).parse_json(SCHEMA)
+         .write_stream.foreach_batch(lambda t, b: got.setdefault(b, t)).checkpoint_location(str(tmp_path / "chk"))
+         .trigger(available_now=True).start())
+    q.await_termination()
+    t = got[0]
+    assert t.num_rows == 2 and len(t.column("campaign_id")[0].as_py()) == 900_000
