@@ -81,6 +81,53 @@ def run_engine(path: str, fmt: str, watermark: bool = True, mode: str = "append"
     return elapsed, out["rows"], last
 
 
+def run_engine_kafka(bootstrap: str, topic: str, per_batch: int) -> tuple[float, int]:
+    clicks = (inc.read_stream.kafka(bootstrap, topic=topic, max_offsets_per_trigger=per_batch)
+              .parse_json(SCHEMA).with_watermark("event_time", "15 minutes"))
+    out = {"rows": 0}
+    chk = tempfile.mkdtemp(prefix="bench-chk-")
+    t0 = time.perf_counter()
+    q = (clicks.group_by(F.window("event_time", "1 hour"), "campaign_id").count().write_stream
+         .output_mode("append").foreach_batch(lambda t, b: out.__setitem__("rows", out["rows"] + t.num_rows))
+         .checkpoint_location(chk).trigger(available_now=True).start())
+    q.await_termination()
+    elapsed = time.perf_counter() - t0
+    shutil.rmtree(chk, ignore_errors=True)
+    return elapsed, out["rows"]
+
+
+def kafka_workload(json_dir: str, n: int, files: int) -> None:
+    """The same events in a Kafka topic (a Tansu broker started here): the engine's rows/s beside a
+    raw confluent-kafka consume of the same topic."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from broker import create_topic, start_tansu
+    from kafka_read import raw_consume
+    from confluent_kafka import Producer
+    proc, bootstrap = start_tansu()
+    try:
+        topic = create_topic(bootstrap, partitions=4)
+        prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 100000,
+                         "queue.buffering.max.messages": 2000000, "compression.type": "none"})
+        t0 = time.perf_counter()
+        i = 0
+        for name in sorted(os.listdir(json_dir)):
+            with open(os.path.join(json_dir, name), "rb") as fh:
+                for line in fh:
+                    prod.produce(topic, value=line.rstrip(b"\n"), partition=i % 4)
+                    i += 1
+                    if i % 100000 == 0:
+                        prod.flush()
+        prod.flush()
+        print(f"produced {i} events to Kafka in {time.perf_counter() - t0:.1f} s")
+        secs, rows = run_engine_kafka(bootstrap, topic, n // files)
+        raw = raw_consume(bootstrap, topic, 4, i)
+        print(f"{'increments kafka':34s} {secs:8.2f} {i / secs:12,.0f}   ({rows} windows emitted)")
+        print(f"{'raw confluent-kafka consume':34s} {i / raw:8.2f} {raw:12,.0f}")
+        print(f"  ratio increments/raw consume rows/s (kafka): {i / secs / raw:.2f}x   (read+parse target >= 0.7x)")
+    finally:
+        proc.kill()
+
+
 def run_duckdb(path: str, fmt: str) -> tuple[float, int]:
     from increments.sql import duckdb_connection
     con = duckdb_connection()
@@ -115,7 +162,13 @@ print("SPARK_RESULT", time.perf_counter() - t0, rows[0])
 
 
 def run_spark(spark_python: str | None, path: str, fmt: str) -> tuple[float, int] | None:
-    if not spark_python or not os.path.exists(spark_python) or not shutil.which("java"):
+    if not spark_python:
+        try:
+            import pyspark  # noqa: F401  (pip install -e '.[spark]')
+            spark_python = sys.executable
+        except ImportError:
+            return None
+    if not os.path.exists(spark_python) or not shutil.which("java"):
         return None
     script = os.path.join(tempfile.mkdtemp(), "spark_ref.py")
     open(script, "w").write(SPARK_SCRIPT)
@@ -134,6 +187,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--spark-python", default=os.environ.get("SPARK_PYTHON"))
     ap.add_argument("--keep", default=None, help="directory to generate into (kept)")
+    ap.add_argument("--kafka", action="store_true", help="also run the workload from a Kafka topic")
     a = ap.parse_args()
     root = a.keep or tempfile.mkdtemp(prefix="bench-clicks-")
     if not os.path.exists(os.path.join(root, "json")):
@@ -153,7 +207,7 @@ def main() -> None:
         print(f"  ratio increments/duckdb rows/s ({fmt}): {ddb / secs:.2f}x   (target >= 0.5x)")
         spark = run_spark(a.spark_python, path, fmt)
         if spark is None:
-            print(f"  spark reference ({fmt}): skipped (pass --spark-python with pyspark 4 installed, and Java 17)")
+            print(f"  spark reference ({fmt}): skipped (pip install -e '.[spark]' or pass --spark-python; needs Java 17)")
         else:
             print(f"{'spark structured streaming ' + fmt:34s} {spark[0]:8.2f} {n / spark[0]:12,.0f}   ({spark[1]} windows emitted)")
             print(f"  ratio increments/spark rows/s ({fmt}): {spark[0] / secs:.2f}x   (target >= 5x)")
@@ -163,6 +217,8 @@ def main() -> None:
     _, _, last_nowm = run_engine(jdir, "json", watermark=False, mode="update")
     state_nowm = (last_nowm["state_operators"] or [{}])[0].get("num_rows_total")
     print(f"state rows at the end: {state_wm} with the watermark, {state_nowm} without (update mode)")
+    if a.kafka:
+        kafka_workload(jdir, n, a.files)
     print(f"peak memory (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
