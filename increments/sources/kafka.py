@@ -20,6 +20,10 @@ Contracts:
   is skipped, counted in `read_metrics["offsets_skipped"]` and logged.
 - Replay: read(start, end) with the same offsets returns the same rows as long as the broker still
   holds them (otherwise the data-loss rule applies).
+- Broker round trips: the end of a partition is probed with one fetch from the logical end (the
+  plan's latest_offset, prepare_available_now, backlog; initial_offset only for "latest"). read()
+  does not probe: loss is detected while consuming (end-of-partition before the range's end; out of
+  range, or no answer within 1 s, at its start -> probe that partition, then the rule above).
 """
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.s
                     ("timestamp", pa.timestamp("us", tz="UTC"))])
 _EARLIEST, _LATEST = -2, -1
 _second = operator.itemgetter(1)
-_K = 1 << 32   # (topic index, partition) -> one int64 code
+_CHUNK = 100_000   # messages per consume() call
+_STALL_S = 1.0     # no answer at all this long after assign -> probe the partition's (low, high)
 
 
 class _LazyMessage:
@@ -101,7 +106,7 @@ class KafkaSource(Source):
             conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
                     "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
                     "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 50}
+                    "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5}
             conf.update(self.client_config)
             self._consumer = Consumer(conf)
         return self._consumer
@@ -112,35 +117,39 @@ class KafkaSource(Source):
             self._consumer = None
 
     def _partitions(self) -> dict[str, list[int]]:
-        md = self._client().list_topics(timeout=10)
+        c = self._client()
         out = {}
-        for t in self.topics:
-            tm = md.topics.get(t)
+        for t in self.topics:   # one topic's metadata: the whole cluster's can take tens of ms on Tansu
+            tm = c.list_topics(topic=t, timeout=10).topics.get(t)
             out[t] = sorted(tm.partitions) if tm is not None and tm.error is None else []
         return out
 
-    def _watermarks(self, parts: dict[str, list[int]]) -> dict[tuple[str, int], tuple[int, int]]:
-        """(low, high) per partition. High is probed with a fetch: Tansu answers ListOffsets(latest)
-        with the last batch's base offset, so the end-of-partition event gives the real high."""
-        from confluent_kafka import TopicPartition
+    def _watermarks(self, parts: dict[str, list[int]], low: bool = True) -> dict[tuple[str, int], tuple[int, int]]:
+        """(low, high) per partition (low is 0 unless `low`). High is probed with a fetch from the
+        logical end: Tansu answers ListOffsets(latest) with the last batch's base offset, so the
+        end-of-partition event (offset = the fetch response's high watermark) gives the real high."""
+        from confluent_kafka import OFFSET_END, TopicPartition
         c = self._client()
-        listed = {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10) for t, ps in parts.items() for p in ps}
-        if not listed:
+        tps = [(t, p) for t, ps in parts.items() for p in ps]
+        if not tps:
             return {}
-        result = dict(listed)
-        pending = {tp for tp, (lo, hi) in listed.items()}
-        c.assign([TopicPartition(t, p, max(hi - 1, lo)) for (t, p), (lo, hi) in listed.items()])
+        lows = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=10)[0] if low else 0 for tp in tps}
+        result = {}
+        c.assign([TopicPartition(t, p, OFFSET_END) for t, p in tps])
         deadline = time.time() + self.fetch_timeout_s
-        while pending and time.time() < deadline:
-            for m in c.consume(num_messages=100_000, timeout=0.02):
-                err = m.error()
-                if err is not None and err.code() == err._PARTITION_EOF and (m.topic(), m.partition()) in pending:
-                    tp = (m.topic(), m.partition())
-                    result[tp] = (listed[tp][0], max(listed[tp][1], m.offset()))
-                    pending.discard(tp)
-        c.unassign()
+        try:
+            while len(result) < len(tps) and time.time() < deadline:
+                for m in c.consume(num_messages=100_000, timeout=0.01):
+                    err = m.error()
+                    if err is not None and err.code() == err._PARTITION_EOF:
+                        tp = (m.topic(), m.partition())
+                        if tp in lows:
+                            result[tp] = (lows[tp], max(lows[tp], m.offset()))
+        finally:
+            c.unassign()
+        pending = sorted(set(tps) - set(result))
         if pending:
-            raise DataLossError(self.fail(f"could not reach the end of {sorted(pending)} within "
+            raise DataLossError(self.fail(f"could not reach the end of {pending} within "
                                           f"{self.fetch_timeout_s:.0f} s; is the broker at {self.bootstrap_servers} up?"))
         return result
 
@@ -150,12 +159,24 @@ class KafkaSource(Source):
         if path and os.path.exists(path):
             with open(path) as f:
                 return json.load(f)
-        wms = self._watermarks(self._partitions())
+        parts = self._partitions()
+        wants = {}
+        for t, ps in parts.items():
+            for p in ps:
+                want = self.starting_offsets
+                if isinstance(want, dict):
+                    want = want.get(t, {}).get(str(p), _EARLIEST)
+                wants[(t, p)] = want
+        need_end = any(w in ("latest", _LATEST) for w in wants.values())
+        if need_end:
+            wms = self._watermarks(parts)
+        else:   # no end needed: the low watermarks alone (no fetch probe)
+            from confluent_kafka import TopicPartition
+            c = self._client()
+            wms = {tp: (c.get_watermark_offsets(TopicPartition(*tp), timeout=10)[0], None) for tp in wants}
         out: dict[str, dict[str, int]] = {t: {} for t in self.topics}
         for (t, p), (lo, hi) in wms.items():
-            want = self.starting_offsets
-            if isinstance(want, dict):
-                want = want.get(t, {}).get(str(p), _EARLIEST)
+            want = wants[(t, p)]
             if want in ("earliest", _EARLIEST):
                 out[t][str(p)] = lo
             elif want in ("latest", _LATEST):
@@ -172,7 +193,7 @@ class KafkaSource(Source):
         """Every partition's high watermark (new partitions from 0), cut by max_offsets_per_trigger
         and the AvailableNow target. A partition whose end went below `start` (topic recreated) is
         data loss: fail, or (fail_on_data_loss=False) move its offset back to the new end."""
-        wms = self._watermarks(self._partitions())
+        wms = self._watermarks(self._partitions(), low=False)
         end = {t: dict(v) for t, v in start.items()}
         for (t, p), (lo, hi) in wms.items():
             s = start.get(t, {}).get(str(p), 0)
@@ -207,7 +228,7 @@ class KafkaSource(Source):
     def prepare_available_now(self) -> None:
         parts = self._partitions()
         self._target = {t: {} for t in parts}
-        for (t, p), (lo, hi) in self._watermarks(parts).items():
+        for (t, p), (lo, hi) in self._watermarks(parts, low=False).items():
             self._target[t][str(p)] = hi
 
     def available_now_target(self) -> Any:
@@ -236,129 +257,131 @@ class KafkaSource(Source):
 
     # -- reading --------------------------------------------------------------------------------
     def read(self, start: Any, end: Any) -> pa.Table:
-        """Records with start <= offset < end per partition, partition by partition (see module doc)."""
-        from confluent_kafka import TopicPartition
+        """Records with start <= offset < end per partition, partition by partition (see module doc).
+
+        No watermark probe on the common path: a range that begins below the low watermark (or past
+        the end) makes the broker answer out-of-range, and only then are that partition's (low, high)
+        probed and the lost part handled (`_loss`); a range that runs past the end meets the
+        end-of-partition event before its end (data loss for the rest, see `_read_partition`)."""
         self.read_metrics = {"offsets_skipped": 0}
-        ranges = [(t, int(p), start.get(t, {}).get(p, 0), e) for t, ps in end.items() for p, e in ps.items()
-                  if e > start.get(t, {}).get(p, 0)]
+        ranges = []
         for t, ps in end.items():
             for p, e in ps.items():
                 s = start.get(t, {}).get(p, 0)
                 if e < s:
                     self._loss(t, int(p), e, s, f"the partition now ends at {e} (topic deleted and recreated?)")
-        if not ranges:
-            return SCHEMA.empty_table()
-        wms = self._watermarks({t: sorted({p for tt, p, _, _ in ranges if tt == t}) for t in {r[0] for r in ranges}})
-        todo: dict[tuple[str, int], tuple[int, int]] = {}
-        for t, p, s, e in ranges:
-            lo, hi = wms[(t, p)]
-            if s < lo:
-                self._loss(t, p, s, min(lo, e), f"the earliest offset the broker holds is {lo}")
-                s = min(lo, e)
-            if hi < e:
-                self._loss(t, p, max(s, hi), e, f"the partition ends at {hi}")
-                e = max(s, hi)
-            if s < e:
-                todo[(t, p)] = (s, e)
+                elif e > s:
+                    ranges.append((t, int(p), s, e))
         # one partition at a time: measured faster on Tansu than overlapping fetches of all of them
-        tables = [self._read_ranges({k: todo[k]}) for k in sorted(todo)]
+        tables = [self._read_partition(t, p, s, e) for t, p, s, e in sorted(ranges)]
         tables = [x for x in tables if x.num_rows]
         return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
-    def _read_ranges(self, todo: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
-        """Every partition's [start, end) at once (fetches overlap): consume in large chunks, build
-        columns with map() over the chunk, drop what lies past each end, order by (topic, partition,
-        offset) so a replay returns the rows in the same order."""
+    def _clamp(self, t: str, p: int, s: int, e: int) -> tuple[int, int]:
+        """Probe (low, high) and apply the data-loss rule to [s, e): the part the broker still holds."""
+        lo, hi = self._watermarks({t: [p]})[(t, p)]
+        if s < lo:
+            self._loss(t, p, s, min(lo, e), f"the earliest offset the broker holds is {lo}")
+            s = min(lo, e)
+        if hi < e:
+            self._loss(t, p, max(s, hi), e, f"the partition ends at {hi}")
+            e = max(s, hi)
+        return s, e
+
+    def _read_partition(self, t: str, p: int, s: int, e: int) -> pa.Table:
+        """[s, e) of one partition, ordered by offset. Out of range at the start -> probe, apply the
+        data-loss rule, read what is left (once), without the stall probe."""
+        try:
+            return self._consume_range(t, p, s, e)
+        except _OutOfRange:
+            s, e = self._clamp(t, p, s, e)
+            if s >= e:
+                return SCHEMA.empty_table()
+            try:
+                return self._consume_range(t, p, s, e, probe_stall=False)
+            except _OutOfRange as x:
+                raise DataLossError(self.fail(f"topic {t!r}, partition {p}: offsets [{s}, {e}) are out of range "
+                                              f"on the broker ({x}) although it reported them available; retry "
+                                              "the query (the topic may be changing under it)")) from None
+
+    def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True) -> pa.Table:
+        """Consume [s, e) of (t, p) in large chunks; columns by map() over each chunk (topic and
+        partition are constants here, not read per message). Nothing at all within _STALL_S of
+        the start (a start past the end gets no answer from Tansu) raises _OutOfRange when probe_stall."""
         from confluent_kafka import TopicPartition
         c = self._client()
-        topic_ix = {t: i for i, t in enumerate(sorted({t for t, _ in todo}))}
-        code_end = {topic_ix[t] * _K + p: e for (t, p), (s, e) in todo.items()}
-        last = {k: s - 1 for k, (s, e) in todo.items()}
-        pending = set(todo)
-        cols: dict[str, list] = {"key": [], "value": [], "tix": [], "partition": [], "offset": [], "ts": []}
-        c.assign([TopicPartition(t, p, s) for (t, p), (s, e) in todo.items()])
+        keys: list = []
+        values: list = []
+        offsets: list = []
+        stamps: list = []
+        last = s - 1
+        c.assign([TopicPartition(t, p, s)])
         deadline = time.time() + self.fetch_timeout_s
+        stall_at = time.time() + _STALL_S
         try:
-            while pending:
-                want = sum(todo[k][1] - 1 - last[k] for k in pending)
-                msgs = c.consume(num_messages=max(1, min(100_000, want)), timeout=0.5)
+            while last < e - 1:
+                msgs = c.consume(num_messages=max(1, min(_CHUNK, e - 1 - last)), timeout=0.1)
                 if not msgs:
+                    if probe_stall and last < s and time.time() > stall_at:
+                        raise _OutOfRange(f"nothing at offset {s} after {_STALL_S:.0f} s")   # past the end?
                     if time.time() > deadline:
-                        raise DataLossError(self.fail("offsets " + ", ".join(
-                            f"topic {t!r} partition {p} [{last[(t, p)] + 1}, {todo[(t, p)][1]})" for t, p in sorted(pending))
-                            + f" did not arrive within {self.fetch_timeout_s:.0f} s"))
+                        raise DataLossError(self.fail(f"offsets topic {t!r} partition {p} [{last + 1}, {e}) did not "
+                                                      f"arrive within {self.fetch_timeout_s:.0f} s"))
                     continue
                 deadline = time.time() + self.fetch_timeout_s
-                errors = list(map(_M.error, msgs))
-                if any(errors):
-                    for t, p in self._check_errors(msgs, todo, last):
-                        pending.discard((t, p))
-                    msgs = [m for m, e in zip(msgs, errors) if e is None]
-                    if not msgs:
-                        continue
-                tix = list(map(topic_ix.__getitem__, map(_M.topic, msgs)))
-                parts = list(map(_M.partition, msgs))
-                offs = list(map(_M.offset, msgs))
-                cols["key"] += map(_M.key, msgs)
-                cols["value"] += map(_M.value, msgs)
-                cols["ts"] += map(_second, map(_M.timestamp, msgs))
-                cols["tix"] += tix
-                cols["partition"] += parts
-                cols["offset"] += offs
-                for t, p in list(pending):   # the last offset seen per partition (offsets ascend within one)
-                    k = (t, p)
-                    seen = _last_offset(tix, parts, offs, topic_ix[t], p)
-                    if seen is not None:
-                        last[k] = max(last[k], seen)
-                        if last[k] >= todo[k][1] - 1:
-                            pending.discard(k)
-                            c.pause([TopicPartition(t, p)])
+                ended = False
+                if any(map(_M.error, msgs)):
+                    ended = self._check_errors(msgs, t, p, e, last)
+                    msgs = [m for m in msgs if m.error() is None]
+                if msgs:
+                    offs = list(map(_M.offset, msgs))
+                    keys += map(_M.key, msgs)
+                    values += map(_M.value, msgs)
+                    stamps += map(_second, map(_M.timestamp, msgs))
+                    offsets += offs
+                    last = max(last, offs[-1])
+                if ended:
+                    break
         finally:
-            c.resume([TopicPartition(t, p) for t, p in todo])   # the pause would outlive the assignment
             c.unassign()
-        return self._build(cols, topic_ix, code_end)
+        return self._build(t, p, s, e, keys, values, offsets, stamps)
 
     @staticmethod
-    def _build(cols: dict[str, list], topic_ix: dict[str, int], code_end: dict[int, int]) -> pa.Table:
-        tix = np.asarray(cols["tix"], np.int64)
-        part = np.asarray(cols["partition"], np.int64)
-        off = np.asarray(cols["offset"], np.int64)
-        codes = tix * _K + part
-        uniq, inv = np.unique(codes, return_inverse=True) if len(codes) else (np.array([], np.int64), codes)
-        ends = np.asarray([code_end[int(u)] for u in uniq], np.int64)
-        keep = off < ends[inv] if len(codes) else np.zeros(0, bool)
-        order = np.lexsort((off, codes))
-        order = order[keep[order]]
-        names = np.asarray(sorted(topic_ix, key=topic_ix.__getitem__), dtype=object)
-        take = pa.array(order)
-        ts = pa.array(np.asarray(cols["ts"], np.int64)[order] * 1000).cast(pa.timestamp("us", tz="UTC"))
-        return pa.table([pa.array(cols["key"], pa.binary()).take(take), pa.array(cols["value"], pa.binary()).take(take),
-                         pa.DictionaryArray.from_arrays(pa.array(tix[order].astype(np.int32)),
-                                                        pa.array(list(names), pa.string())).cast(pa.string()),
-                         pa.array(part[order].astype(np.int32)), pa.array(off[order]), ts], schema=SCHEMA)
+    def _build(t: str, p: int, s: int, e: int, keys: list, values: list, offsets: list, stamps: list) -> pa.Table:
+        n = len(offsets)
+        off = np.asarray(offsets, np.int64)
+        kv = [pa.array(keys, pa.binary()), pa.array(values, pa.binary())]
+        ts = np.asarray(stamps, np.int64)
+        if n and (off[0] < s or off[-1] >= e or (n > 1 and not bool(np.all(off[1:] > off[:-1])))):
+            order = np.argsort(off, kind="stable")
+            order = order[(off[order] >= s) & (off[order] < e)]
+            take = pa.array(order)
+            kv = [a.take(take) for a in kv]
+            off, ts = off[order], ts[order]
+            n = len(off)
+        return pa.table(kv + [pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                                             pa.array([t], pa.string())).cast(pa.string()),
+                              pa.array(np.full(n, p, np.int32)), pa.array(off),
+                              pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC"))], schema=SCHEMA)
 
-    def _check_errors(self, msgs: list, todo: dict, last: dict) -> list[tuple[str, int]]:
-        """Raise on real errors; partitions that ended before their range's end (a data loss that
-        fail_on_data_loss=False skips) are returned, to stop waiting for them."""
-        ended = []
+    def _check_errors(self, msgs: list, t: str, p: int, e: int, last: int) -> bool:
+        """Raise on real errors; True when the partition ended before `e` (a data loss that
+        fail_on_data_loss=False skips: stop waiting); out of range raises _OutOfRange (see read)."""
+        ended = False
         for m in msgs:
             err = m.error()
             if err is None:
                 continue
-            k = (m.topic(), m.partition())
             if err.code() == err._PARTITION_EOF:
-                if k in todo and m.offset() < todo[k][1]:
-                    self._loss(k[0], k[1], max(m.offset(), last[k] + 1), todo[k][1], f"the partition ends at {m.offset()}")
-                    ended.append(k)
+                if (m.topic(), m.partition()) == (t, p) and m.offset() < e:
+                    self._loss(t, p, max(m.offset(), last + 1), e, f"the partition ends at {m.offset()}")
+                    ended = True
                 continue
-            raise DataLossError(self.fail(f"topic {k[0]!r}, partition {k[1]}: reading from offset "
-                                          f"{last.get(k, -2) + 1} failed: {err}"))
+            if err.code() in (err._AUTO_OFFSET_RESET, err.OFFSET_OUT_OF_RANGE):
+                raise _OutOfRange(str(err))
+            raise DataLossError(self.fail(f"topic {t!r}, partition {p}: reading from offset {last + 1} failed: {err}"))
         return ended
 
 
-def _last_offset(tix: list, parts: list, offs: list, t: int, p: int) -> int | None:
-    """The largest offset of (topic index t, partition p) in a consumed chunk (scanning from the end)."""
-    for i in range(len(offs) - 1, -1, -1):
-        if parts[i] == p and tix[i] == t:
-            return offs[i]
-    return None
+class _OutOfRange(Exception):
+    """The broker no longer (or not yet) holds the offset a read started at."""
