@@ -213,18 +213,28 @@ class WindowAggregateOp(PhysicalOp):
         keycols = self._time_cols() + self.store_plain
         emitted: list[tuple[list[tuple], list[pa.Array]]] = []   # (key tuples, acc arrays) per part
         evict = self.watermarked and self.mode in ("append", "update")
-        for p, part in enumerate(split_by_partition(partials, len(stores))):
-            store = stores[p]
+        parts = split_by_partition(partials, len(stores))
+        touched: list[tuple[int, list, list[bytes]]] = []   # (partition, key columns, encoded keys)
+        old: list[tuple | None] = []
+        for p, part in enumerate(parts):
             if part.num_rows:
                 kcols = columns_pylist(part, keycols)
                 keys = encode_rows(kcols)
-                old = [None if v is None else _decode(v) for v in store.multi_get(keys)]
-                merged = self.acc.merge(part, old)
-                vals = list(zip(*[c.to_pylist() for c in merged.columns]))
-                for k, v in zip(keys, vals):
-                    store.put(k, encode_value(v))
+                old += [None if v is None else _decode(v) for v in stores[p].multi_get(keys)]
+                touched.append((p, kcols, keys))
+        if touched:  # one merge query for every partition's groups (rows in partition order)
+            merged = self.acc.merge(pa.concat_tables([part for part in parts if part.num_rows]), old)
+            vals = list(zip(*[c.to_pylist() for c in merged.columns]))
+            at = 0
+            for p, kcols, keys in touched:
+                put = stores[p].put
+                for k, v in zip(keys, vals[at:at + len(keys)]):
+                    put(k, encode_value(v))
                 if self.mode == "update":
-                    emitted.append((list(zip(*kcols)), [merged.column(i) for i in range(merged.num_columns)]))
+                    emitted.append((list(zip(*kcols)), [merged.column(i).slice(at, len(keys))
+                                                        for i in range(merged.num_columns)]))
+                at += len(keys)
+        for store in stores:
             if evict:
                 end = time_bound(ctx.watermark_ms)
                 if self.mode == "append":
