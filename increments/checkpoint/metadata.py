@@ -18,16 +18,20 @@ from typing import Any
 from ..errors import IncompatibleCheckpointError
 
 
-def atomic_write_json(path: str, body: Any) -> None:
-    """Write JSON to path via a temp file and rename, so readers never see a partial file."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+def _durable_temp(directory: str, body: Any) -> str:
+    """Write JSON to a new temp file in `directory`, flushed to disk; return its path."""
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     with os.fdopen(fd, "w") as f:
         json.dump(body, f, sort_keys=True, indent=1)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    return tmp
+
+
+def atomic_write_json(path: str, body: Any) -> None:
+    """Write JSON to path via a temp file and rename, so readers never see a partial file."""
+    os.replace(_durable_temp(os.path.dirname(path), body), path)
 
 
 def read_json(path: str) -> Any:
@@ -37,13 +41,7 @@ def read_json(path: str) -> Any:
 
 def _create_once(path: str, body: Any) -> None:
     """Create `path` with `body` unless it exists; two starters racing agree on one file (link is atomic)."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(body, f, sort_keys=True, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
+    tmp = _durable_temp(os.path.dirname(path), body)
     try:
         os.link(tmp, path)
     except FileExistsError:

@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
-import increments as inc
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_TESTS)]
+sys.path.append(_TESTS)
 
-
-class CrashAt(inc.StreamingQueryListener):
-    def __init__(self, batch: int, step: str):
-        self.batch, self.step = batch, step
-
-    def on_batch_step(self, query_name: str, batch_id: int, step: str) -> None:
-        if batch_id == self.batch and step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+import increments as inc  # noqa: E402
+from crashpoints import CrashAt  # noqa: E402
 
 
 def foreach_writer(out_dir: str):

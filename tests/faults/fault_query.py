@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
-import increments as inc
-from increments import functions as F
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_TESTS)]
+sys.path.append(_TESTS)
 
-
-class CrashAt(inc.StreamingQueryListener):
-    def __init__(self, batch: int, step: str):
-        self.batch, self.step = batch, step
-
-    def on_batch_step(self, query_name: str, batch_id: int, step: str) -> None:
-        if batch_id == self.batch and step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+import increments as inc  # noqa: E402
+from crashpoints import CrashAt  # noqa: E402
+from increments import functions as F  # noqa: E402
 
 
 def foreach_files(out_dir: str):

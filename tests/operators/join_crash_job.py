@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
-import increments as inc
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_TESTS)]
+sys.path.append(_TESTS)
+
+import increments as inc  # noqa: E402
+from crashpoints import CrashAt  # noqa: E402
 
 COND = "c.ad_id = i.ad_id AND c.click_time BETWEEN i.imp_time AND i.imp_time + INTERVAL 1 HOUR"
-
-
-class CrashAt(inc.StreamingQueryListener):
-    def __init__(self, batch: int, step: str):
-        self.batch, self.step = batch, step
-
-    def on_batch_step(self, query_name: str, batch_id: int, step: str) -> None:
-        if batch_id == self.batch and step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main() -> None:
