@@ -116,11 +116,22 @@ def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
         s, en = e.start[str(i)], e.end[str(i)]
         table = src.read(s, en) if src.has_new_data(s, en) else src.schema().empty_table()
         rt.staging.put_table(e.batch_id, f"input_{i}", table)
-        info["sources"].append({"num_input_rows": table.num_rows, **(getattr(src, "read_metrics", None) or {})})
+        info["sources"].append({"num_input_rows": _scan_rows(rt, i, table),
+                                **(getattr(src, "read_metrics", None) or {})})
     info["get_batch_ms"] = _ms(t0)
     rt.staging.put_json(e.batch_id, "read", info)
     rt.emit("on_batch_step", e.batch_id, "read")
     return info
+
+
+def _scan_rows(rt: QueryRuntime, index: int, table: pa.Table) -> int:
+    """Rows the source's scan produced: after the filters Spark would push into it (SEMANTICS.md rule 3)."""
+    conjuncts = rt.plan.scan_filters.get(index)
+    if not conjuncts or not table.num_rows:
+        return table.num_rows
+    from ..sql import run_sql
+    where = " AND ".join(conjuncts)
+    return run_sql(f"SELECT count(*) AS n FROM __scan WHERE {where}", {"__scan": table}).column(0)[0].as_py()
 
 
 def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:

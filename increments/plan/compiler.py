@@ -48,6 +48,9 @@ class CompiledPlan:
     stateful_ops: list[PhysicalOp]
     output_mode: str
     warnings: list[str] = field(default_factory=list)
+    #: source index -> filter conjuncts Spark would push into that file scan (plan/pushdown.py);
+    #: the read step counts num_input_rows after them, as Spark's scan does
+    scan_filters: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def has_watermark_eviction(self) -> bool:
@@ -67,6 +70,7 @@ class Compiler:
         self.watermark_delays: dict[str, int] = {}
         self.stateful_ops: list[PhysicalOp] = []
         self.warnings: list[str] = []
+        self.scan_filters: dict[int, list[str]] = {}
         self._next_op = 0
 
     def compile(self, node: n.Node) -> CompiledPlan:
@@ -75,7 +79,8 @@ class Compiler:
             validate.validate(node, self.output_mode)
         node = push_filters_below_watermarks(node)
         root = self.build(node)
-        return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings)
+        return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings,
+                            self.scan_filters)
 
     # -- building -----------------------------------------------------------------------
     def next_operator_id(self, op: PhysicalOp) -> str:
@@ -116,6 +121,8 @@ class Compiler:
 
     def _sql(self, node: n.Node) -> PhysicalOp:
         child = self.build(node.child)  # type: ignore[attr-defined]
+        if isinstance(node, n.Filter):
+            self._note_scan_filter(node)
         quals = _qualifiers(child)
         if quals:  # `alias.column` references after alias() or a join (operators/join_condition.py)
             node = _qualify(node, quals)
@@ -132,6 +139,18 @@ class Compiler:
             if getattr(child, "alias", None):
                 op.alias = child.alias  # type: ignore[attr-defined]
         return op
+
+    def _note_scan_filter(self, node: n.Filter) -> None:
+        """A filter stacked right on a JSON/CSV file source is (partly) pushed into Spark's scan."""
+        below = node.child
+        while isinstance(below, n.Filter):
+            below = below.child
+        src = getattr(below, "source", None)
+        if not isinstance(below, n.SourceNode) or getattr(src, "format", None) not in ("json", "csv"):
+            return
+        from .pushdown import pushable_conjuncts
+        idx = next(i for i, s in enumerate(self.sources) if s is src)
+        self.scan_filters.setdefault(idx, []).extend(pushable_conjuncts(node.condition))
 
     def _parse_json(self, node: n.ParseJson) -> PhysicalOp:
         child = self.build(node.child)
