@@ -33,22 +33,36 @@ class SessionWindowSpec:
         return replace(self, name=name)
 
 
-def window(column: str, window_duration: str, slide_duration: str | None = None,
-           start_time: str | None = None) -> WindowSpec:
-    """Tumbling (no slide) or sliding event-time windows [start, end), aligned to the epoch."""
-    size = parse_duration_ms(window_duration)
-    slide = parse_duration_ms(slide_duration) if slide_duration else size
-    if size <= 0 or slide <= 0:
+def window(column: str, duration: str | None = None, slide: str | None = None, start_time: str | None = None,
+           **spark_names: str) -> WindowSpec:
+    """Tumbling (no slide) or sliding event-time windows [start, end), aligned to the epoch.
+
+    `F.window(col, duration, slide=None)`; PySpark's keyword names (windowDuration, slideDuration,
+    startTime, window_duration, slide_duration) are accepted too."""
+    duration = duration or spark_names.pop("window_duration", None) or spark_names.pop("windowDuration", None)
+    slide = slide or spark_names.pop("slide_duration", None) or spark_names.pop("slideDuration", None)
+    start_time = start_time or spark_names.pop("startTime", None)
+    if spark_names:
+        raise TypeError(f"window: unknown arguments {sorted(spark_names)}")
+    if duration is None:
+        raise TypeError("window: a duration is required, e.g. F.window('event_time', '1 hour')")
+    size = parse_duration_ms(duration)
+    step = parse_duration_ms(slide) if slide else size
+    if size <= 0 or step <= 0:
         raise ValueError("window: durations must be positive")
-    if slide > size:
-        raise ValueError(f"window: the slide ({slide_duration}) must not exceed the window ({window_duration})")
+    if step > size:
+        raise ValueError(f"window: the slide ({slide}) must not exceed the window ({duration})")
     start = parse_duration_ms(start_time) if start_time else 0
-    return WindowSpec(column, size, slide, start % slide)
+    return WindowSpec(column, size, step, start % step)
 
 
-def session_window(column: str, gap_duration: str) -> SessionWindowSpec:
+def session_window(column: str, gap_duration: str | None = None, gap: str | None = None,
+                   **spark_names: str) -> SessionWindowSpec:
     """Session windows: a row opens [t, t+gap); sessions of one key that touch or overlap merge."""
-    gap = parse_duration_ms(gap_duration)
+    text = gap_duration or gap or spark_names.pop("gapDuration", None)
+    if spark_names or text is None:
+        raise TypeError("session_window(column, gap_duration), e.g. F.session_window('event_time', '10 minutes')")
+    gap = parse_duration_ms(text)
     if gap <= 0:
         raise ValueError("session_window: the gap must be positive")
     return SessionWindowSpec(column, gap)
