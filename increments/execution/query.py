@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ..errors import ConcurrentRunError, IncrementsError, StreamingQueryException
+from ..errors import IncrementsError, StreamingQueryException
 from ..triggers import Trigger
 from . import steps
 from .runtime import QueryRuntime
@@ -29,7 +29,6 @@ class StreamingQuery:
         self._cond = threading.Condition()
         self._plan_started = 0.0
         self._last_idle_plan_start = -1.0
-        self._batches_done = 0
         self._exception: StreamingQueryException | None = None
         self._active = False
         self._recent: deque[dict[str, Any]] = deque(maxlen=100)
@@ -120,7 +119,6 @@ class StreamingQuery:
                 progress = self._one_batch(limited=self.trigger.kind != "once")
                 if progress is not None:
                     self._recent.append(progress)
-                    self._batches_done += 1
                     rt.emit("on_query_progress", progress)
                     self._signal(idle=False)
                 if self.trigger.kind == "once" or (self.trigger.kind == "available_now" and progress is None):
@@ -177,5 +175,3 @@ class StreamingQuery:
     def __repr__(self) -> str:
         return f"StreamingQuery(name={self.name!r}, id={self.id}, active={self.is_active})"
 
-
-__all__ = ["StreamingQuery", "ConcurrentRunError"]
