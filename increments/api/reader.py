@@ -61,6 +61,14 @@ class StaticTable:
         self.description = description
         self._load, self._schema = load_fn, schema_fn
         self.last_version: Any = None
+        self.alias_name: str | None = None
+
+    def alias(self, name: str) -> "StaticTable":
+        """Qualify the static side's columns (`d.ad_id`) in a join condition, as StreamFrame.alias."""
+        import copy
+        out = copy.copy(self)
+        out.alias_name = name
+        return out
 
     def load(self) -> pa.Table:
         out = self._load()
@@ -100,7 +108,8 @@ class DataFrameReader:
 
 def as_static_node(other: Any) -> n.StaticNode:
     if isinstance(other, StaticTable):
-        return n.StaticNode(other)
+        node = n.StaticNode(other)
+        return n.Alias(node, other.alias_name) if other.alias_name else node
     if isinstance(other, pa.Table):
         return n.StaticNode(StaticTable("arrow table", lambda t=other: t, lambda t=other: t.schema))
     raise TypeError(f"join: cannot join with {type(other).__name__}; use a stream frame, inc.read.delta(path), "

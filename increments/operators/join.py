@@ -5,16 +5,26 @@ outer (stream side preserved) and left semi. Each batch joins its rows against t
 read for that batch (a Delta table at its latest version), in one DuckDB query. No state, no
 trailing batch (SEMANTICS.md rule 2).
 
-Stream-stream (both sides streaming): inner, left/right/full outer, left semi. Per batch b:
+Stream-stream (both sides streaming): inner, left/right/full outer, left semi. Per batch b, as
+observed on Apache Spark 4.3.0 (tests/operators/test_join_spark_parity.py compares 53 scenarios
+batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
 
+    (planning) one-sided conjuncts and inferred `col IS NOT NULL` go below the join into the sides
+        that are not preserved, and from there into the scan (_push_one_sided); on a preserved side
+        a one-sided conjunct is the pre-join filter: failing rows get their NULL row at once
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
     key text + partition (md5_number(key text) % partitions) of every new row, in DuckDB
     load the stored rows of both sides whose key occurs among the new rows (prefix scans)
-    pairs = (stored + new) x (stored + new) matching the condition, minus stored x stored  (DuckDB)
-    left semi: emit left rows in a pair that never matched before; outer: mark matched rows
-    store the new rows, except those already behind their side's state watermark
+    pairs = (stored + new) x (stored + new) matching the condition (keys compared null-safely,
+        as Spark's state does), minus stored x stored                                   (DuckDB)
+    left semi: Spark looks up the new right rows first, then the new left rows against a right
+        state holding only the new right rows not already behind the state watermark; a left row
+        is emitted once and then leaves (or never enters) the state
+    store the new rows: every left row (one behind its state watermark is stored and evicted again
+        in this batch: counted in num_rows_updated and num_rows_removed), a right row when it is not
+        behind its state watermark or, right/full outer, when it matched nothing
     evict rows with t <= W_b + offset (state watermark from the condition, join_condition.py);
-    an outer-preserved row evicted (or never stored) unmatched is emitted once with NULLs
+    an outer-preserved row evicted unmatched is emitted once with NULLs
 
 Without both watermarks and a two-sided time bound the state is unbounded: outer and semi joins
 are refused when the query starts, inner joins run and warn in every progress report and the log.
@@ -28,6 +38,7 @@ from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
@@ -35,7 +46,8 @@ from ..plan.compiler import register
 from ..sql import quote_ident, run_sql
 from . import join_state as js
 from .base import BatchContext, PhysicalOp
-from .join_condition import JoinSpec, Side, analyse, select_list
+from .join_condition import (JoinSpec, Side, analyse, not_null_columns, one_sided_terms, select_list,
+                             unqualify)
 
 log = logging.getLogger("increments.join")
 OUTER_LEFT = ("left_outer", "full_outer")
@@ -44,6 +56,7 @@ OUTER_RIGHT = ("right_outer", "full_outer")
 
 @register(n.Join)
 def build_join(compiler, node: n.Join) -> PhysicalOp:
+    node, prefilter = _push_one_sided(node)
     left, right = compiler.build(node.left), compiler.build(node.right)
     if not n.is_streaming(node.left):
         raise AnalysisException("join: the left side must be the stream; call stream.join(static, ...)")
@@ -55,12 +68,62 @@ def build_join(compiler, node: n.Join) -> PhysicalOp:
                                     "supported (the static side's unmatched rows are never final); use inner, "
                                     "left_outer or left_semi with the stream on the left")
         return StreamStaticJoinOp(left, right, analyse(node.on, node.how, ls, rs, require_equality=False), node.how)
-    op = StreamStreamJoinOp(left, right, analyse(node.on, node.how, ls, rs), node.how, ls, rs)
+    op = StreamStreamJoinOp(left, right, analyse(node.on, node.how, ls, rs), node.how, ls, rs, prefilter)
     compiler.next_operator_id(op)
     if op.unbounded_reason:
         compiler.warnings.append(op.unbounded_reason)
         log.warning("%s", op.unbounded_reason)
     return op
+
+
+def _push_one_sided(node: n.Join) -> tuple[n.Join, dict[str, list[str]]]:
+    """Spark 4.3 (observed) moves parts of the condition below the join, into the sides that are not
+    preserved (inner and left semi: both; left outer: the right; right outer: the left; full
+    outer: none):
+    - a conjunct that references that side only;
+    - `col IS NOT NULL` for every column of that side the condition compares (inferred from the
+      null-intolerant comparisons; for a column-list `on`, the key columns).
+    From there each goes below the watermark and into the file scan like any filter (when it does
+    not mention the event-time column), so the rows it removes do not count in num_input_rows,
+    never feed the watermark and never reach the join. On a preserved side a one-sided conjunct is
+    the pre-join filter instead: a row failing it is neither stored nor joined and gets its NULL
+    row at once. Returns the join with the pushed filters and the pre-join conjuncts per side."""
+    import dataclasses
+
+    from ..plan.compiler import Compiler, push_filters_below_watermarks
+    none = {"left": [], "right": []}
+    if not isinstance(node.on, (str, list, tuple)):
+        return node, none
+    sides = {}
+    for name, sub in (("left", node.left), ("right", node.right)):
+        op = Compiler(check=False).build(push_filters_below_watermarks(sub))
+        sides[name] = Side(op.schema, getattr(op, "alias", None), {})
+    try:
+        lt, rt = one_sided_terms(node.on, sides["left"], sides["right"])
+        nn = {"left": not_null_columns(node.on, sides["left"], sides["right"]),
+              "right": not_null_columns(node.on, sides["right"], sides["left"])}
+    except Exception:
+        return node, none
+    push = {"left": node.how in ("inner", "right_outer", "left_semi"),
+            "right": node.how in ("inner", "left_outer", "left_semi")}
+
+    def wrap(sub: n.Node, terms: list[str], side: Side) -> n.Node:
+        alias = sub.name if isinstance(sub, n.Alias) else None
+        body = sub.child if alias else sub
+        for t in terms:                       # one filter per conjunct: each is pushed on its own
+            body = n.Filter(body, t)
+        body = push_filters_below_watermarks(body)
+        return n.Alias(body, alias) if alias else body
+    out = {}
+    for name, sub, terms in (("left", node.left, lt), ("right", node.right, rt)):
+        side = sides[name]
+        if not push[name]:
+            out[name] = sub
+            continue
+        todo = [unqualify(t, side) for t in terms] + [f"{quote_ident(c)} IS NOT NULL" for c in nn[name]]
+        out[name] = wrap(sub, todo, side) if todo else sub
+    return (dataclasses.replace(node, left=out["left"], right=out["right"]),
+            {"left": [] if push["left"] else lt, "right": [] if push["right"] else rt})
 
 
 def _with_qualifiers(op: PhysicalOp, spec: JoinSpec) -> None:
@@ -98,14 +161,26 @@ class StreamStreamJoinOp(PhysicalOp):
     stateful = True
     operator_name = "symmetricHashJoin"
 
-    def __init__(self, left: PhysicalOp, right: PhysicalOp, spec: JoinSpec, how: str, ls: Side, rs: Side):
+    def __init__(self, left: PhysicalOp, right: PhysicalOp, spec: JoinSpec, how: str, ls: Side, rs: Side,
+                 prefilter: dict[str, list[str]] | None = None):
         self.spec, self.how, self.ls, self.rs = spec, how, ls, rs
         la, ra = quote_ident(spec.left_alias), quote_ident(spec.right_alias)
         self.la, self.ra = la, ra
+        self.pre_sql = {}
+        for side, ref in (("left", la), ("right", ra)):
+            terms = (prefilter or {}).get(side) or []
+            if terms:
+                cond = " AND ".join(f"({t})" for t in terms)
+                self.pre_sql[side] = f"SELECT coalesce(({cond}), false) AS __pre FROM __e AS {ref}"
         outs = spec.left_out if how == "left_semi" else spec.out_exprs
+        # Left semi (Spark 4.3, observed): the new right rows are looked up against the stored left rows
+        # first, then the new left rows against the right state, which by then holds only the new right
+        # rows that were kept (not already behind the state watermark): see __keep.
+        where = (f"(NOT {la}.__new AND {ra}.__new) OR ({la}.__new AND (NOT {ra}.__new OR {ra}.__keep))"
+                 if how == "left_semi" else f"{la}.__new OR {ra}.__new")
         self.pairs_sql = (f"SELECT {la}.__rid AS __lrid, {ra}.__rid AS __rrid"
                           + ("" if how == "left_semi" else f", {select_list(outs)}")
-                          + f" FROM __al AS {la} JOIN __ar AS {ra} ON ({spec.condition}) WHERE {la}.__new OR {ra}.__new")
+                          + f" FROM __al AS {la} JOIN __ar AS {ra} ON ({spec.null_safe_condition}) WHERE {where}")
         self.semi_sql = (f"SELECT {select_list(outs)} FROM __al AS {la} WHERE NOT {la}.__m AND "
                          f"{la}.__rid IN (SELECT __lrid FROM __pairs)")
         self.null_left_sql = (f"SELECT {select_list(outs)} FROM __nl AS {la} LEFT JOIN "
@@ -163,6 +238,12 @@ class StreamStreamJoinOp(PhysicalOp):
             new[side], d = self._drop_late(new[side], side, ctx.late_watermark_ms)
             dropped += d
         ctx.count_dropped(self, dropped)
+        failed = {}
+        for side, sql in self.pre_sql.items():   # pre-join filter: neither stored nor joined
+            if new[side].num_rows:
+                mask = run_sql(sql, {"__e": new[side]}).column("__pre")
+                failed[side] = new[side].filter(pc.invert(mask))
+                new[side] = new[side].filter(mask)
         if self.unbounded_reason:
             ctx.warnings.append(self.unbounded_reason)
         stores = ctx.stores(self)
@@ -175,7 +256,9 @@ class StreamStreamJoinOp(PhysicalOp):
         for p, ks in sorted(want.items()):
             for side in new:
                 stored[side].extend((p, *c) for c in js.candidates(stores[p], side, sorted(ks)))
-        tables = {side: self._all_rows(side, stored[side], new[side]) for side in new}
+        sw_us = {side: self._state_watermark_us(side, ctx) for side in new}
+        keep = {side: [not _behind(t, sw_us[side]) for t in keys[side][2]] for side in new}
+        tables = {side: self._all_rows(side, stored[side], new[side], keep[side]) for side in new}
         pairs = run_sql(self.pairs_sql, {"__al": tables["left"], "__ar": tables["right"]})
         matched = {"left": set(np.unique(pairs.column("__lrid").to_numpy()).tolist()),
                    "right": set(np.unique(pairs.column("__rrid").to_numpy()).tolist())}
@@ -190,6 +273,10 @@ class StreamStreamJoinOp(PhysicalOp):
         for si, side in enumerate(("left", "right")):
             unmatched[side] = self._update_side(ctx, stores, side, si, new[side], keys[side], stored[side],
                                                 matched[side], counts, metrics)
+        if self.how in OUTER_LEFT and failed.get("left") is not None and failed["left"].num_rows:
+            parts.append(run_sql(self.null_left_sql, {"__nl": failed["left"], "__ar": tables["right"]}))
+        if self.how in OUTER_RIGHT and failed.get("right") is not None and failed["right"].num_rows:
+            parts.append(run_sql(self.null_right_sql, {"__nr": failed["right"], "__al": tables["left"]}))
         if self.how in OUTER_LEFT and unmatched["left"]:
             nl = js.rows_to_table(unmatched["left"], self.ls.schema)
             parts.append(run_sql(self.null_left_sql, {"__nl": nl, "__ar": tables["right"]}))
@@ -222,31 +309,54 @@ class StreamStreamJoinOp(PhysicalOp):
                       f"FROM __e{alias}", {"__e": table})
         return out.column("k").to_pylist(), out.column("p").to_pylist(), out.column("t").to_pylist()
 
-    def _all_rows(self, side: str, stored: list, new: pa.Table) -> pa.Table:
+    def _all_rows(self, side: str, stored: list, new: pa.Table, keep: list[bool]) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
         old = js.rows_to_table([c[2] for c in stored], schema)
-        return _annotate(pa.concat_tables([old, new]), len(stored), [c[3] for c in stored], new.num_rows)
+        return _annotate(pa.concat_tables([old, new]), len(stored), [c[3] for c in stored], new.num_rows, keep)
+
+    def _state_watermark_us(self, side: str, ctx) -> int | None:
+        off = self.offsets.get(side)
+        return (ctx.watermark_ms + off[1]) * 1000 if off else None
 
     def _update_side(self, ctx, stores, side, si, new, keys, stored, matched, counts, metrics) -> list[tuple]:
-        """Store new rows, mark matches, evict by the state watermark; return rows to emit with NULLs."""
+        """Store new rows, mark matches, evict by the state watermark; return rows to emit with NULLs.
+
+        Which new rows Spark 4.3 adds to state (and so counts in num_rows_updated), observed:
+        every left row (one already behind the state watermark is added and evicted again at the end
+        of the batch: counted as updated and removed), except in a left semi join a left row that
+        matched (emitted, never stored); a right row only when it is not behind the state watermark,
+        or, in a right/full outer join, when it matched nothing (added, then evicted with its NULL
+        row: updated and removed)."""
         preserved = self.how in (OUTER_LEFT if side == "left" else OUTER_RIGHT)
         track = preserved or (self.how == "left_semi" and side == "left")
-        off = self.offsets.get(side)
-        sw_us = (ctx.watermark_ms + off[1]) * 1000 if off else None
+        sw_us = self._state_watermark_us(side, ctx)
         out: list[tuple] = []
         base = len(stored)
         texts, parts, times = keys
         for j, row in enumerate(js.table_rows(new)):
             m = (base + j) in matched
             t = times[j]
-            if sw_us is not None and t is not None and t <= sw_us:
-                if preserved and not m:
-                    out.append(row)
+            if self.how == "left_semi" and side == "left" and m:
+                continue
+            if _behind(t, sw_us):
+                if side == "left" or (preserved and not m):
+                    metrics["num_rows_updated"] += 1
+                    metrics["num_rows_removed"] += 1
+                    if preserved and not m:
+                        out.append(row)
                 continue
             js.put_row(stores[parts[j]], side, texts[j], ctx.batch_id, j, row, m, t, sw_us is not None)
             counts[parts[j]][si] += 1
             metrics["num_rows_updated"] += 1
-        if track:
+        if self.how == "left_semi" and side == "left":
+            # Spark 4.3 (observed): a stored left row emitted by a left semi join leaves the state in
+            # that batch (counted as removed); it can never be emitted again.
+            for rid, (p, skey, row, m, t) in enumerate(stored):
+                if rid in matched and not m:
+                    js.delete_row(stores[p], side, skey, t)
+                    counts[p][si] -= 1
+                    metrics["num_rows_removed"] += 1
+        elif track:
             for rid, (p, skey, row, m, t) in enumerate(stored):
                 if not m and rid in matched:
                     js.mark_matched(stores[p], skey, row, t)
@@ -260,9 +370,17 @@ class StreamStreamJoinOp(PhysicalOp):
         return out
 
 
-def _annotate(table: pa.Table, n_stored: int, stored_matched: list, n_new: int) -> pa.Table:
-    """Add __rid (row number), __new and __m (matched before this batch) to a side's rows."""
+def _behind(t, sw_us) -> bool:
+    """True when a row with event time t (µs) is already behind its side's state watermark."""
+    return sw_us is not None and t is not None and t <= sw_us
+
+
+def _annotate(table: pa.Table, n_stored: int, stored_matched: list, n_new: int, keep: list | None = None) -> pa.Table:
+    """Add __rid (row number), __new, __m (matched before this batch) and __keep (a new row not
+    already behind the state watermark) to a side's rows."""
     total = n_stored + n_new
+    keep = list(keep) if keep is not None else [True] * n_new
     return (table.append_column("__rid", pa.array(np.arange(total, dtype=np.int64)))
             .append_column("__new", pa.array([False] * n_stored + [True] * n_new, pa.bool_()))
-            .append_column("__m", pa.array(list(stored_matched) + [False] * n_new, pa.bool_())))
+            .append_column("__m", pa.array(list(stored_matched) + [False] * n_new, pa.bool_()))
+            .append_column("__keep", pa.array([True] * n_stored + keep, pa.bool_())))

@@ -63,6 +63,20 @@ class JoinSpec:
     #: state watermark offsets: side -> (time column, offset ms); evict rows with t <= W + offset
     state_offsets: dict[str, tuple[str, int]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)  # why state cannot be bounded
+    other_terms: list[str] = field(default_factory=list)  # top-level conjuncts that are not equality keys
+    using: bool = False                  # a column-list `on` (keys are bare quoted column names)
+
+    @property
+    def null_safe_condition(self) -> str:
+        """The condition with its equality keys compared null-safely: Spark's stream-stream join state
+        matches a NULL key with a NULL key (only visible where no side filters NULL keys: full outer)."""
+        if not self.left_keys:
+            return self.condition
+        if self.using:
+            la, ra = quote_ident(self.left_alias), quote_ident(self.right_alias)
+            return " AND ".join(f"{la}.{k} IS NOT DISTINCT FROM {ra}.{k}" for k in self.left_keys)
+        parts = [f"(({a}) IS NOT DISTINCT FROM ({b}))" for a, b in zip(self.left_keys, self.right_keys)]
+        return " AND ".join(parts + [f"({t})" for t in self.other_terms])
 
 
 # -- text helpers ---------------------------------------------------------------------------
@@ -224,6 +238,7 @@ def analyse(on: Any, how: str, left: Side, right: Side, require_equality: bool =
         raise AnalysisException(f"join: on={on!r}: give a list of column names or a SQL condition")
     spec = JoinSpec(on, la, ra, [], [], [], [])
     for term in split_conjuncts(on):
+        is_key = False
         for a, op, b in _comparisons(term):
             sa, sb = _side_of(a, left, right), _side_of(b, left, right)
             if sa is None or sb is None or sa == sb:
@@ -234,8 +249,11 @@ def analyse(on: Any, how: str, left: Side, right: Side, require_equality: bool =
             if op in ("=", "=="):
                 spec.left_keys.append(a)
                 spec.right_keys.append(b)
+                is_key = True
                 continue
             _add_bound(spec, a, op, b, left, right)
+        if not is_key:
+            spec.other_terms.append(term)
     if not spec.left_keys and require_equality:
         raise AnalysisException(f"join: the condition {on!r} has no equality between a left and a right column "
                                 "(e.g. \"l.ad_id = r.ad_id\"); a streaming join needs one")
@@ -269,7 +287,7 @@ def _analyse_columns(cols: list[str], how: str, left: Side, right: Side, la: str
             if c not in side.schema.names:
                 raise AnalysisException(f"join: key column {c!r} is not on the {name} side (columns: {side.schema.names})")
     cond = " AND ".join(f"{quote_ident(la)}.{quote_ident(c)} = {quote_ident(ra)}.{quote_ident(c)}" for c in cols)
-    spec = JoinSpec(cond, la, ra, [quote_ident(c) for c in cols], [quote_ident(c) for c in cols], [], [])
+    spec = JoinSpec(cond, la, ra, [quote_ident(c) for c in cols], [quote_ident(c) for c in cols], [], [], using=True)
     _outputs(spec, how, left, right, keys=cols)
     return spec
 
@@ -311,6 +329,55 @@ def _outputs(spec: JoinSpec, how: str, left: Side, right: Side, keys: list[str] 
     spec.out_exprs = left_out if how == "left_semi" else out
     spec.left_out = left_out
     spec.qualifiers = quals
+
+
+def one_sided_terms(on: Any, left: Side, right: Side) -> tuple[list[str], list[str]]:
+    """The top-level conjuncts of a SQL `on` that reference the left side only / the right side only
+    (Spark pushes these below the join, or uses them as the join's pre-join filter)."""
+    if not isinstance(on, str):
+        return [], []
+    lt: list[str] = []
+    rt: list[str] = []
+    for term in split_conjuncts(on):
+        side = _side_of(term, left, right)
+        if side == "left":
+            lt.append(term)
+        elif side == "right":
+            rt.append(term)
+    return lt, rt
+
+
+def not_null_columns(on: Any, side: Side, other: Side) -> list[str]:
+    """Columns of `side` that Spark's InferFiltersFromConstraints adds `IS NOT NULL` filters for:
+    the columns referenced by the condition's comparisons (equality keys, time bounds, other
+    comparisons), or the key columns of a column-list `on`."""
+    if isinstance(on, (list, tuple)):
+        return [c for c in on if c in side.schema.names]
+    if not isinstance(on, str):
+        return []
+    out: list[str] = []
+    for term in split_conjuncts(on):
+        for a, _op, b in _comparisons(term):
+            for e in (a, b):
+                e = re.sub(r"'(?:[^']|'')*'", "''", e)
+                for m in re.finditer(r'(?<![\w."])(?:([A-Za-z_]\w*)\.)?([A-Za-z_]\w*)(?![\w"(])', e):
+                    q, c = m.group(1), m.group(2)
+                    if c not in side.schema.names:
+                        continue
+                    if q is not None and q != side.alias:
+                        continue
+                    if q is None and (c in other.schema.names or (side.alias and other.alias is None)):
+                        continue
+                    if c not in out:
+                        out.append(c)
+    return out
+
+
+def unqualify(term: str, side: Side) -> str:
+    """A one-sided conjunct with the side's alias removed, to run as a filter on that side alone."""
+    if not side.alias:
+        return term
+    return qualify_sql(term, {side.alias: {c: c for c in side.schema.names}})
 
 
 def select_list(exprs: list[tuple[str, str]]) -> str:

@@ -55,6 +55,15 @@ def mark_matched(store, skey: bytes, row: tuple, t: Any) -> None:
     store.put(skey, encode_value((row, True, t)))
 
 
+def delete_row(store, side: str, skey: bytes, t: Any) -> None:
+    """Delete one stored row (and its time-index entry) of `side`, named by its storage key."""
+    _tag, ttag = TAGS[side]
+    _, _key_text, b, i = decode_key(skey)
+    store.delete(skey)
+    if t is not None:
+        store.delete(encode_key((ttag, int(t), b, i)))
+
+
 def evict(store, side: str, state_watermark_us: int) -> list[tuple[tuple, bool]]:
     """Delete rows of `side` with event time (µs) <= state_watermark_us; return their (row, matched)."""
     tag, ttag = TAGS[side]

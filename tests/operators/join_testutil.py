@@ -3,7 +3,8 @@ trigger(available_now=True) into a memory sink, through the public API.
 
 The scenario (condition: c.ad_id = i.ad_id AND c.click_time BETWEEN i.imp_time AND
 i.imp_time + INTERVAL 1 HOUR; both watermarks 10 minutes) and its batch-by-batch outcome, derived
-by hand from SEMANTICS.md (state watermarks: imps <= W - 1h - 1ms, clicks <= W - 1ms):
+by hand from SEMANTICS.md and confirmed on Apache Spark 4.3.0 (join_spark_expected.py, scenario
+base_*; state watermarks: imps <= W - 1h - 1ms, clicks <= W - 1ms):
 
     batch W      imps                         clicks                               inner pairs
     0     00:00  i1(1,10:00) i2(2,10:00)      c1(1,10:20)                          i1-c1
@@ -49,8 +50,8 @@ WATERMARKS = ["1970-01-01T00:00:00.000Z", "2024-01-01T09:50:00.000Z", "2024-01-0
               "2024-01-01T11:50:00.000Z", "2024-01-01T13:50:00.000Z"]
 
 
-def ts(hhmm: str) -> str:
-    return f"2024-01-01T{hhmm}:00Z"
+def ts(hhmm: str | None) -> str | None:
+    return None if hhmm is None else f"2024-01-01T{hhmm}:00Z"
 
 
 def write_files(directory: str, files: list[list[dict]]) -> str:
@@ -110,3 +111,74 @@ def check_scenario_metrics(progress) -> None:
     assert [p["event_time"]["watermark"] for p in progress] == WATERMARKS
     assert [join_op(p)["num_rows_total"] for p in progress] == STATE_TOTALS
     assert [join_op(p)["num_rows_dropped_by_watermark"] for p in progress] == DROPPED
+
+
+# -- the scenarios compared with Apache Spark 4.3.0 (tests/operators/test_join_spark_parity.py) ----------
+# Edge cases (10-minute watermarks on both sides): rows exactly at the previous watermark (a3, b5 in
+# batch 1 are not late yet: WL_1 = W_0 = epoch; a8 at 10:50 = WL_2 is), exactly on the condition's
+# bounds (b0 = a1's time, b1 = a2's time + 1h, a4/b4), clicks before their impression (b17 then a17),
+# new rows already behind the state watermark meeting each other (a9/b9, a12/b12), late rows on both
+# sides (bL, a13, b13), a watermark jump of more than an hour (batch 2) and a trailing no-data batch.
+EDGE_IMPS = [
+    [("a1", 1, "10:00"), ("a2", 2, "10:00")],
+    [("a3", 3, "09:50"), ("a4", 4, "09:51"), ("a6", 6, "12:00"), ("a17", 17, "10:15")],
+    [("a8", 8, "10:50"), ("a9", 9, "10:51"), ("a15", 15, "13:00")],
+    [("a11", 11, "13:00"), ("a12", 12, "12:00"), ("a13", 13, "11:00")],
+    [("a16", 16, "15:00")],
+]
+EDGE_CLICKS = [
+    [("b1", 2, "11:00"), ("b0", 1, "10:00"), ("b17", 17, "10:30")],
+    [("b4", 4, "10:51"), ("b5", 5, "09:50"), ("b6", 6, "11:59"), ("bL", 1, "09:00")],
+    [("b7", 6, "12:00"), ("b9", 9, "10:51"), ("b10", 1, "10:55"), ("b15", 15, "13:00")],
+    [("b11", 11, "12:30"), ("b12", 12, "12:30"), ("b13", 13, "11:30")],
+    [("b16", 16, "15:30")],
+]
+COND_STRICT = "c.ad_id = i.ad_id AND c.click_time > i.imp_time AND c.click_time < i.imp_time + INTERVAL 30 MINUTES"
+DIM_ROWS = [{"ad_id": 1, "campaign": "a"}, {"ad_id": 4, "campaign": "b"}, {"ad_id": 9, "campaign": "c"},
+            {"ad_id": 1, "campaign": "a2"}]
+# Several rows per key on both sides, identical click times, a click before its impression (e3).
+DUP_IMPS = [[("d1", 1, "10:00"), ("d2", 1, "10:10"), ("d3", 2, "10:00")], [("d4", 1, "10:20")],
+            [("d5", 3, "12:00")], [("d6", 4, "13:30")]]
+DUP_CLICKS = [[("e1", 1, "10:30"), ("e2", 1, "10:30"), ("e3", 2, "09:59")], [("e4", 1, "10:40"), ("e5", 2, "10:05")],
+              [("e6", 3, "12:00"), ("e7", 1, "11:05")], [("e8", 4, "13:20")]]
+# One-sided conjuncts: pushed into the non-preserved sides (and their scans), pre-join filters on preserved ones.
+COND_PRE = COND + " AND i.imp_id <> 'i2' AND c.click_id <> 'c8' AND i.imp_id <> 'd3' AND c.click_id <> 'e2'"
+# NULL keys (n2, m2) and NULL event times (n3, m3): Spark filters them out of the non-preserved sides
+# (inferred IS NOT NULL; NULL keys already in the scan) and matches a NULL key with a NULL key in
+# the join state (full outer: n2-m2).
+NUL_IMPS = [[("n1", 1, "10:00"), ("n2", None, "10:00"), ("n3", 3, None)], [("n4", 4, "11:00")], [("n5", 5, "12:30")]]
+NUL_CLICKS = [[("m1", 1, "10:20"), ("m2", None, "10:20"), ("m3", 3, None)], [("m4", 4, "11:10")], [("m5", 5, "12:40")]]
+DATA = {"base": (IMPS, CLICKS), "edge": (EDGE_IMPS, EDGE_CLICKS), "dup": (DUP_IMPS, DUP_CLICKS),
+        "nul": (NUL_IMPS, NUL_CLICKS)}
+
+
+def parity_query(tmp, data: str, how: str, kind: str):
+    """The query of one Spark comparison. kind: ss (imps ⋈ clicks on COND), rev (clicks ⋈ imps on
+    COND), strict (COND_STRICT), pre (COND_PRE), using (on=["ad_id"]), static / static_using (clicks ⋈ a static JSON
+    file read with inc.read.files, on "c.ad_id = d.ad_id" / ["ad_id"])."""
+    imps, clicks = scenario_sources(tmp, imps=DATA[data][0], clicks=DATA[data][1])
+    if kind == "ss":
+        return imps.join(clicks, COND, how)
+    if kind == "rev":
+        return clicks.join(imps, COND, how)
+    if kind == "strict":
+        return imps.join(clicks, COND_STRICT, how)
+    if kind == "pre":
+        return imps.join(clicks, COND_PRE, how)
+    if kind == "using":
+        return imps.join(clicks, ["ad_id"], how)
+    d = tmp / "dim"
+    d.mkdir()
+    (d / "dim.json").write_text("".join(json.dumps(r) + "\n" for r in DIM_ROWS))
+    dim = inc.read.files(str(d), "json", "ad_id BIGINT, campaign STRING")
+    if kind == "static":
+        return clicks.join(dim.alias("d"), "c.ad_id = d.ad_id", how)
+    return clicks.join(dim, ["ad_id"], how)
+
+
+def norm(v):
+    """A value as the Spark comparison recorded it (timestamps as 'YYYY-MM-DD HH:MM:SS' UTC)."""
+    import datetime as dt
+    if isinstance(v, dt.datetime):
+        return v.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return v
