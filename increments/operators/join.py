@@ -14,7 +14,8 @@ batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
         a one-sided conjunct is the pre-join filter: failing rows get their NULL row at once
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
     key text + partition (md5_number(key text) % partitions) of every new row, in DuckDB
-    load the stored rows of both sides whose key occurs among the new rows (prefix scans)
+    load the stored rows of both sides whose key occurs among the new rows (all chunks read,
+        one is_in on the key text)
     pairs = (stored + new) x (stored + new) matching the condition (keys compared null-safely,
         as Spark's state does), minus stored x stored                                   (DuckDB)
     left semi: Spark looks up the new right rows first, then the new left rows against a right
@@ -29,12 +30,15 @@ batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
 Without both watermarks and a two-sided time bound the state is unbounded: outer and semi joins
 are refused when the query starts, inner joins run and warn in every progress report and the log.
 Recovery: all state writes go to the stores opened at N-1 and are committed as N by the engine;
-row keys are (batch id, row number), so a redo of N rewrites exactly the same keys.
+stored rows live in Arrow chunks keyed by (min event time, batch id) (join_state.py), every write a
+deterministic function of version N-1 and the batch, so a redo of N rewrites exactly the same keys.
+Per batch the side's chunks of every partition are read into one Arrow table, the candidates
+(stored rows whose key occurs among the new rows) selected with one is_in, and all state updates
+(store, mark matched, semi deletions, eviction) are masks over Arrow/numpy arrays: no per-row Python.
 """
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa
@@ -222,7 +226,9 @@ class StreamStreamJoinOp(PhysicalOp):
         return ("join state is unbounded (it grows with all traffic and is never evicted): " + "; ".join(missing))
 
     def state_schema(self) -> dict:
-        return {"how": self.how, "left_keys": self.spec.left_keys, "right_keys": self.spec.right_keys,
+        # "layout" is fixed in the checkpoint's conf.json: a checkpoint written with the earlier row-per-key
+        # layout (no "layout") is refused at start (IncompatibleCheckpointError) instead of misread.
+        return {"how": self.how, "layout": js.LAYOUT, "left_keys": self.spec.left_keys, "right_keys": self.spec.right_keys,
                 "left": [[f.name, str(f.type)] for f in self.ls.schema],
                 "right": [[f.name, str(f.type)] for f in self.rs.schema]}
 
@@ -248,20 +254,27 @@ class StreamStreamJoinOp(PhysicalOp):
             ctx.warnings.append(self.unbounded_reason)
         stores = ctx.stores(self)
         keys = {side: self._keys(new[side], side, len(stores)) for side in new}
-        want: dict[int, set] = defaultdict(set)
-        for side in new:
-            for k, p in zip(keys[side][0], keys[side][1]):
-                want[p].add(k)
-        stored = {side: [] for side in new}
-        for p, ks in sorted(want.items()):
-            for side in new:
-                stored[side].extend((p, *c) for c in js.candidates(stores[p], side, sorted(ks)))
+        want = pa.concat_arrays([keys["left"][0], keys["right"][0]]).unique()
         sw_us = {side: self._state_watermark_us(side, ctx) for side in new}
-        keep = {side: [not _behind(t, sw_us[side]) for t in keys[side][2]] for side in new}
-        tables = {side: self._all_rows(side, stored[side], new[side], keep[side]) for side in new}
+        full, cand, chunk_keys = {}, {}, {}
+        for side in new:
+            schema = self.ls.schema if side == "left" else self.rs.schema
+            chunk_keys[side], parts_ = [], []
+            for p, store in enumerate(stores):
+                ks, t = js.load(store, side, schema)
+                chunk_keys[side].append(ks)
+                parts_.append(t.append_column("__p", pa.array(np.full(t.num_rows, p, np.int32))))
+            full[side] = pa.concat_tables(parts_)
+            cand[side] = np.flatnonzero(pc.is_in(full[side].column("__k"), value_set=want)
+                                        .to_numpy(zero_copy_only=False))
+        keep = {side: ~_behind_mask(keys[side][2], sw_us[side]) for side in new}
+        tables = {side: self._all_rows(side, full[side], cand[side], new[side], keep[side]) for side in new}
         pairs = run_sql(self.pairs_sql, {"__al": tables["left"], "__ar": tables["right"]})
-        matched = {"left": set(np.unique(pairs.column("__lrid").to_numpy()).tolist()),
-                   "right": set(np.unique(pairs.column("__rrid").to_numpy()).tolist())}
+        matched = {}
+        for side, col in (("left", "__lrid"), ("right", "__rrid")):
+            m = np.zeros(tables[side].num_rows, dtype=bool)
+            m[pairs.column(col).to_numpy()] = True
+            matched[side] = m
         if self.how == "left_semi":
             parts = [run_sql(self.semi_sql, {"__al": tables["left"], "__pairs": pairs})]
         else:
@@ -271,18 +284,16 @@ class StreamStreamJoinOp(PhysicalOp):
         before = [list(c) for c in counts]
         unmatched = {}
         for si, side in enumerate(("left", "right")):
-            unmatched[side] = self._update_side(ctx, stores, side, si, new[side], keys[side], stored[side],
-                                                matched[side], counts, metrics)
+            unmatched[side] = self._update_side(ctx, stores, side, si, new[side], keys[side], full[side], cand[side],
+                                                chunk_keys[side], matched[side], counts, metrics)
         if self.how in OUTER_LEFT and failed.get("left") is not None and failed["left"].num_rows:
             parts.append(run_sql(self.null_left_sql, {"__nl": failed["left"], "__ar": tables["right"]}))
         if self.how in OUTER_RIGHT and failed.get("right") is not None and failed["right"].num_rows:
             parts.append(run_sql(self.null_right_sql, {"__nr": failed["right"], "__al": tables["left"]}))
-        if self.how in OUTER_LEFT and unmatched["left"]:
-            nl = js.rows_to_table(unmatched["left"], self.ls.schema)
-            parts.append(run_sql(self.null_left_sql, {"__nl": nl, "__ar": tables["right"]}))
-        if self.how in OUTER_RIGHT and unmatched["right"]:
-            nr = js.rows_to_table(unmatched["right"], self.rs.schema)
-            parts.append(run_sql(self.null_right_sql, {"__nr": nr, "__al": tables["left"]}))
+        if self.how in OUTER_LEFT and unmatched["left"].num_rows:
+            parts.append(run_sql(self.null_left_sql, {"__nl": unmatched["left"], "__ar": tables["right"]}))
+        if self.how in OUTER_RIGHT and unmatched["right"].num_rows:
+            parts.append(run_sql(self.null_right_sql, {"__nr": unmatched["right"], "__al": tables["left"]}))
         for p, (c, b) in enumerate(zip(counts, before)):
             if c != b:
                 js.write_counts(stores[p], c)
@@ -297,7 +308,7 @@ class StreamStreamJoinOp(PhysicalOp):
         kept = run_sql(f"SELECT * FROM __e WHERE NOT ({cond})", {"__e": table}).cast(table.schema)
         return kept, table.num_rows - kept.num_rows
 
-    def _keys(self, table: pa.Table, side: str, partitions: int) -> tuple[list, list, list]:
+    def _keys(self, table: pa.Table, side: str, partitions: int) -> tuple[pa.Array, np.ndarray, pa.Array]:
         """(key texts, partitions, event times µs) of the side's new rows, computed in DuckDB."""
         s = self.ls if side == "left" else self.rs
         exprs = self.spec.left_keys if side == "left" else self.spec.right_keys
@@ -307,18 +318,21 @@ class StreamStreamJoinOp(PhysicalOp):
         alias = f" AS {quote_ident(s.alias)}" if s.alias else ""
         out = run_sql(f"SELECT {ktext} AS k, CAST(md5_number({ktext}) % {partitions} AS BIGINT) AS p, {t} AS t "
                       f"FROM __e{alias}", {"__e": table})
-        return out.column("k").to_pylist(), out.column("p").to_pylist(), out.column("t").to_pylist()
+        return (out.column("k").combine_chunks().cast(pa.string()),
+                out.column("p").to_numpy().astype(np.int64), out.column("t").combine_chunks().cast(pa.int64()))
 
-    def _all_rows(self, side: str, stored: list, new: pa.Table, keep: list[bool]) -> pa.Table:
+    def _all_rows(self, side: str, full: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
-        old = js.rows_to_table([c[2] for c in stored], schema)
-        return _annotate(pa.concat_tables([old, new]), len(stored), [c[3] for c in stored], new.num_rows, keep)
+        old = full.take(pa.array(cand, pa.int64()))
+        return _annotate(pa.concat_tables([old.select(schema.names).cast(schema), new]), len(cand),
+                         old.column("__m").to_numpy(zero_copy_only=False), new.num_rows, keep)
 
     def _state_watermark_us(self, side: str, ctx) -> int | None:
         off = self.offsets.get(side)
         return (ctx.watermark_ms + off[1]) * 1000 if off else None
 
-    def _update_side(self, ctx, stores, side, si, new, keys, stored, matched, counts, metrics) -> list[tuple]:
+    def _update_side(self, ctx, stores, side, si, new, keys, full, cand, chunk_keys, matched, counts,
+                     metrics) -> pa.Table:
         """Store new rows, mark matches, evict by the state watermark; return rows to emit with NULLs.
 
         Which new rows Spark 4.3 adds to state (and so counts in num_rows_updated), observed:
@@ -326,61 +340,89 @@ class StreamStreamJoinOp(PhysicalOp):
         of the batch: counted as updated and removed), except in a left semi join a left row that
         matched (emitted, never stored); a right row only when it is not behind the state watermark,
         or, in a right/full outer join, when it matched nothing (added, then evicted with its NULL
-        row: updated and removed)."""
+        row: updated and removed). Vectorised: masks over the new rows and over all stored rows
+        (`full`, every chunk of every partition, with __p/__c naming its chunk)."""
+        schema = self.ls.schema if side == "left" else self.rs.schema
         preserved = self.how in (OUTER_LEFT if side == "left" else OUTER_RIGHT)
         track = preserved or (self.how == "left_semi" and side == "left")
+        semi_left = self.how == "left_semi" and side == "left"
         sw_us = self._state_watermark_us(side, ctx)
-        out: list[tuple] = []
-        base = len(stored)
         texts, parts, times = keys
-        for j, row in enumerate(js.table_rows(new)):
-            m = (base + j) in matched
-            t = times[j]
-            if self.how == "left_semi" and side == "left" and m:
-                continue
-            if _behind(t, sw_us):
-                if side == "left" or (preserved and not m):
-                    metrics["num_rows_updated"] += 1
-                    metrics["num_rows_removed"] += 1
-                    if preserved and not m:
-                        out.append(row)
-                continue
-            js.put_row(stores[parts[j]], side, texts[j], ctx.batch_id, j, row, m, t, sw_us is not None)
-            counts[parts[j]][si] += 1
-            metrics["num_rows_updated"] += 1
-        if self.how == "left_semi" and side == "left":
+        n_st = len(cand)
+        m_new = matched[n_st:]
+        consider = ~m_new if semi_left else np.ones(new.num_rows, dtype=bool)
+        behind = _behind_mask(times, sw_us)
+        not_m_pres = (~m_new) if preserved else np.zeros(new.num_rows, dtype=bool)
+        counted = consider & behind & ((side == "left") | not_m_pres)
+        n = int(counted.sum())
+        metrics["num_rows_updated"] += n
+        metrics["num_rows_removed"] += n
+        out = [new.filter(pa.array(consider & behind & not_m_pres))]
+        store_mask = consider & ~behind
+        if store_mask.any():
+            rows = (new.append_column("__k", texts).append_column("__t", times)
+                    .append_column("__m", pa.array(m_new, pa.bool_())))
+            for p in np.unique(parts[store_mask]).tolist():
+                sel = store_mask & (parts == p)
+                js.put_chunk(stores[p], side, rows.filter(pa.array(sel)), ctx.batch_id)
+                counts[p][si] += int(sel.sum())
+            metrics["num_rows_updated"] += int(store_mask.sum())
+        # stored rows: matches, semi deletions, eviction
+        m_full = full.column("__m").to_numpy(zero_copy_only=False).copy()
+        keep_full = np.ones(full.num_rows, dtype=bool)
+        pcol = full.column("__p").to_numpy()
+        changed = np.zeros(full.num_rows, dtype=bool)
+        hit = cand[matched[:n_st] & ~m_full[cand]] if n_st else cand
+        if semi_left:
             # Spark 4.3 (observed): a stored left row emitted by a left semi join leaves the state in
             # that batch (counted as removed); it can never be emitted again.
-            for rid, (p, skey, row, m, t) in enumerate(stored):
-                if rid in matched and not m:
-                    js.delete_row(stores[p], side, skey, t)
-                    counts[p][si] -= 1
-                    metrics["num_rows_removed"] += 1
+            keep_full[hit] = False
+            metrics["num_rows_removed"] += len(hit)
+            for p, c in zip(*np.unique(pcol[hit], return_counts=True)):
+                counts[int(p)][si] -= int(c)
+            changed[hit] = True
         elif track:
-            for rid, (p, skey, row, m, t) in enumerate(stored):
-                if not m and rid in matched:
-                    js.mark_matched(stores[p], skey, row, t)
-        if sw_us is not None:
-            for p, store in enumerate(stores):
-                ev = js.evict(store, side, sw_us)
-                counts[p][si] -= len(ev)
-                metrics["num_rows_removed"] += len(ev)
+            m_full[hit] = True
+            changed[hit] = True
+        if sw_us is not None and full.num_rows:
+            t = full.column("__t")
+            ev = keep_full & pc.fill_null(pc.less_equal(t, pa.scalar(int(sw_us), pa.int64())), False).to_numpy(
+                zero_copy_only=False)
+            if ev.any():
+                for p, c in zip(*np.unique(pcol[ev], return_counts=True)):
+                    counts[int(p)][si] -= int(c)
+                metrics["num_rows_removed"] += int(ev.sum())
                 if preserved:
-                    out.extend(row for row, m in ev if not m)
-        return out
+                    out.append(full.filter(pa.array(ev & ~m_full)).select(schema.names).cast(schema))
+                keep_full &= ~ev
+                changed |= ev
+        if changed.any():
+            upd = full.set_column(full.schema.get_field_index("__m"), "__m", pa.array(m_full, pa.bool_()))
+            cidx = full.column("__c").to_numpy()
+            for p in np.unique(pcol[changed]).tolist():
+                inp = pcol == p
+                dirty = set(np.unique(cidx[changed & inp]).tolist())
+                js.rewrite(stores[p], side, chunk_keys[p], upd.filter(pa.array(inp & keep_full)).drop_columns(["__p"]),
+                           dirty)
+        return pa.concat_tables(out)
 
 
-def _behind(t, sw_us) -> bool:
-    """True when a row with event time t (µs) is already behind its side's state watermark."""
-    return sw_us is not None and t is not None and t <= sw_us
+def _behind_mask(times: pa.Array, sw_us) -> np.ndarray:
+    """Which rows (event time µs, nullable int64) are already behind their side's state watermark:
+    t <= sw_us; never when the side has no state watermark or the row no event time."""
+    if sw_us is None:
+        return np.zeros(len(times), dtype=bool)
+    return pc.fill_null(pc.less_equal(times, pa.scalar(int(sw_us), pa.int64())), False).to_numpy(zero_copy_only=False)
 
 
-def _annotate(table: pa.Table, n_stored: int, stored_matched: list, n_new: int, keep: list | None = None) -> pa.Table:
+def _annotate(table: pa.Table, n_stored: int, stored_matched, n_new: int, keep=None) -> pa.Table:
     """Add __rid (row number), __new, __m (matched before this batch) and __keep (a new row not
     already behind the state watermark) to a side's rows."""
     total = n_stored + n_new
-    keep = list(keep) if keep is not None else [True] * n_new
+    keep = np.asarray(keep, dtype=bool) if keep is not None else np.ones(n_new, dtype=bool)
+    isnew = np.concatenate([np.zeros(n_stored, dtype=bool), np.ones(n_new, dtype=bool)])
+    m = np.concatenate([np.asarray(stored_matched, dtype=bool), np.zeros(n_new, dtype=bool)])
     return (table.append_column("__rid", pa.array(np.arange(total, dtype=np.int64)))
-            .append_column("__new", pa.array([False] * n_stored + [True] * n_new, pa.bool_()))
-            .append_column("__m", pa.array(list(stored_matched) + [False] * n_new, pa.bool_()))
-            .append_column("__keep", pa.array([True] * n_stored + keep, pa.bool_())))
+            .append_column("__new", pa.array(isnew, pa.bool_()))
+            .append_column("__m", pa.array(m, pa.bool_()))
+            .append_column("__keep", pa.array(np.concatenate([np.ones(n_stored, dtype=bool), keep]), pa.bool_())))

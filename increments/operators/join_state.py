@@ -1,26 +1,39 @@
-"""State layout of the stream-stream join (one store per partition, partition = hash of the key).
+"""State layout of the stream-stream join: rows stored as Arrow chunks (one store per partition,
+partition = md5 of the equality key's text).
 
 Keys (state.encoding, order-preserving):
-    ("L"|"R", key_text, batch_id, row)  -> (row values tuple, matched, event time µs | None)
-    ("l"|"r", event time µs, batch_id, row) -> (key_text,)     time index, only for a side that
-                                                              has a state watermark
-    ("#",) -> (left rows, right rows)                         row counts of the partition
-`key_text` is the equality key's text (the same for both sides), so a prefix scan of
-("L", key_text) returns every stored left row with that key. (batch_id, row) names a row
-uniquely and deterministically, so a redo of batch N (from version N-1) writes the same keys.
-Eviction is a range scan of the time index up to the state watermark, deleting both entries.
-Rows with a null event time are never indexed, hence never evicted.
+    ("C", "L"|"R", min event time µs, batch_id) -> Arrow IPC stream of one chunk
+    ("#",) -> (left rows, right rows)                row counts of the partition
+A chunk holds the rows one batch stored for one side in one partition, in their input order, with
+the side's columns plus __k (equality key text), __t (event time µs, null when the side has no
+state watermark or the row no event time) and __m (matched). Its key leads with the smallest
+non-null __t of its rows (NO_TIME = 2^63-1 when none), so eviction up to a state watermark W is a
+range scan of ("C", tag) .. ("C", tag, W + 1): every chunk holding a row with t <= W, and only those.
+Changing a chunk (rows marked matched, semi-join deletions, partial eviction) rewrites it under its
+new key (min time may grow) and deletes the old key; an emptied chunk is deleted. Everything is a
+deterministic function of the state at N-1 and the batch, so a redo of batch N from version N-1
+writes exactly the same keys and values (Arrow IPC output is deterministic).
+
+read_state (binary key/value columns, no _schema.json): one row per chunk; decode_key(key) gives
+("C", side tag, min time µs, batch id), and `chunk_rows(value)` (or pyarrow.ipc.open_stream) the
+stored rows with their key text, event time and matched flag; the ("#",) row holds the counts.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
-
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from state.encoding import decode_key, decode_value, encode_key, encode_prefix, encode_value
+from state.encoding import decode_key, decode_value, encode_key, encode_value
 
+LAYOUT = "chunks-v1"
 COUNT_KEY = encode_key(("#",))
-TAGS = {"left": ("L", "l"), "right": ("R", "r")}
+TAGS = {"left": "L", "right": "R"}
+NO_TIME = (1 << 63) - 1
+META = [pa.field("__k", pa.string()), pa.field("__t", pa.int64()), pa.field("__m", pa.bool_())]
+
+
+def chunk_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(list(schema) + META)
 
 
 def read_counts(store) -> list[int]:
@@ -32,65 +45,50 @@ def write_counts(store, counts: list[int]) -> None:
     store.put(COUNT_KEY, encode_value(tuple(counts)))
 
 
-def candidates(store, side: str, key_texts: Iterable[str]) -> list[tuple[bytes, tuple, bool, Any]]:
-    """Every stored row of `side` whose key text is in key_texts: (storage key, row, matched, t)."""
-    tag = TAGS[side][0]
-    out = []
-    for k in key_texts:
-        for skey, raw in store.prefix_scan(encode_prefix((tag, k))):
-            row, matched, t = decode_value(raw)
-            out.append((skey, row, matched, t))
-    return out
+def chunk_rows(blob: bytes) -> pa.Table:
+    """The rows of one stored chunk (side columns + __k, __t, __m)."""
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
-def put_row(store, side: str, key_text: str, batch_id: int, idx: int, row: tuple, matched: bool, t: Any,
-            indexed: bool) -> None:
-    tag, ttag = TAGS[side]
-    store.put(encode_key((tag, key_text, batch_id, idx)), encode_value((row, bool(matched), t)))
-    if indexed and t is not None:
-        store.put(encode_key((ttag, int(t), batch_id, idx)), encode_value((key_text,)))
+def _blob(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
-def mark_matched(store, skey: bytes, row: tuple, t: Any) -> None:
-    store.put(skey, encode_value((row, True, t)))
+def chunk_key(side: str, table: pa.Table, batch_id: int) -> bytes:
+    mn = pc.min(table.column("__t")).as_py()
+    return encode_key(("C", TAGS[side], NO_TIME if mn is None else int(mn), int(batch_id)))
 
 
-def delete_row(store, side: str, skey: bytes, t: Any) -> None:
-    """Delete one stored row (and its time-index entry) of `side`, named by its storage key."""
-    _tag, ttag = TAGS[side]
-    _, _key_text, b, i = decode_key(skey)
-    store.delete(skey)
-    if t is not None:
-        store.delete(encode_key((ttag, int(t), b, i)))
+def load(store, side: str, schema: pa.Schema) -> tuple[list[tuple[bytes, int]], pa.Table]:
+    """Every chunk of `side`: ([(storage key, batch id)], one table of all their rows + __c chunk index)."""
+    keys, tables = [], []
+    for skey, raw in store.prefix_scan(encode_key(("C", TAGS[side]))):
+        t = chunk_rows(raw)
+        keys.append((skey, decode_key(skey)[3]))
+        tables.append(t.append_column("__c", pa.array([len(keys) - 1] * t.num_rows, pa.int32())))
+    if not tables:
+        return [], chunk_schema(schema).append(pa.field("__c", pa.int32())).empty_table()
+    return keys, pa.concat_tables(tables)
 
 
-def evict(store, side: str, state_watermark_us: int) -> list[tuple[tuple, bool]]:
-    """Delete rows of `side` with event time (µs) <= state_watermark_us; return their (row, matched)."""
-    tag, ttag = TAGS[side]
-    start, end = encode_prefix((ttag,)), encode_key((ttag, int(state_watermark_us) + 1))
-    index = list(store.range_scan(start, end))
-    if not index:
-        return []
-    pkeys = []
-    for ikey, raw in index:
-        _, _t, b, i = decode_key(ikey)
-        (key_text,) = decode_value(raw)
-        pkeys.append(encode_key((tag, key_text, b, i)))
-    out = []
-    for (ikey, _), pkey, raw in zip(index, pkeys, store.multi_get(pkeys)):
-        if raw is not None:
-            row, matched, _t = decode_value(raw)
-            out.append((row, matched))
-            store.delete(pkey)
-        store.delete(ikey)
-    return out
+def put_chunk(store, side: str, table: pa.Table, batch_id: int) -> None:
+    if table.num_rows:
+        store.put(chunk_key(side, table, batch_id), _blob(table))
 
 
-def rows_to_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
-    cols = list(zip(*rows)) if rows else [() for _ in schema]
-    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)], schema=schema)
-
-
-def table_rows(table: pa.Table) -> list[tuple]:
-    cols = [c.to_pylist() for c in table.columns]
-    return list(zip(*cols)) if cols else []
+def rewrite(store, side: str, keys: list[tuple[bytes, int]], table: pa.Table, dirty: set[int]) -> None:
+    """Rewrite the chunks in `dirty` from `table` (remaining rows, with __c): delete emptied ones."""
+    if not dirty:
+        return
+    cidx = table.column("__c").to_numpy()
+    for c in sorted(dirty):
+        skey, batch_id = keys[c]
+        rows = table.filter(pa.array(cidx == c)).drop_columns(["__c"])
+        new_key = chunk_key(side, rows, batch_id) if rows.num_rows else None
+        if new_key != skey:
+            store.delete(skey)
+        if rows.num_rows:
+            store.put(new_key, _blob(rows))
