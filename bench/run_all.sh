@@ -17,6 +17,7 @@ if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
 fi
 echo "== hourly clicks: 2,000,000 events in 20 files, and the same in Kafka"
 $PY bench/hourly_clicks.py --kafka ${SPARK_PYTHON:+--spark-python "$SPARK_PYTHON"}
+echo "== stream-stream join vs DuckDB one-shot join"; $PY bench/join_throughput.py
 echo "== Kafka read + parse vs raw consume"; $PY bench/kafka_read.py
 echo "== state store commit latency"; $PY bench/state_commit.py --large "$LARGE"
 echo "== Dagster: batch run vs empty one-op run"; $PY bench/dagster_overhead.py
