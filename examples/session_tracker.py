@@ -2,7 +2,8 @@
 
 Each user's clicks extend their session; when the watermark passes `last click + gap` (the user
 went idle), the event-time timer fires and the session is emitted once, then its state cleared.
-One JSON file per micro-batch (max_files_per_trigger=1), append mode, parquet sink.
+One JSON file per micro-batch (max_files_per_trigger=1), append mode, parquet sink. Checked against
+Spark 4.3 (same processor with PySpark's transformWithState): same sessions in the same batches.
 
     python examples/session_tracker.py [workdir]
 """
@@ -60,9 +61,9 @@ def write_inputs(src: str) -> None:
     """Three files = three micro-batches of clicks (times in seconds past 12:00 UTC)."""
     batches = [
         [("alice", 0, "home"), ("alice", 10, "search"), ("bob", 5, "home")],
-        [("alice", 25, "item"), ("bob", 70, "cart")],               # watermark then passes alice's idle time
-        [("carol", 200, "home")],                                    # ... and bob's
-    ]
+        [("alice", 25, "item"), ("bob", 70, "cart")],   # W -> 12:01:00, past alice's idle time (12:00:55)
+        [("carol", 200, "home")],                        # batch 2 emits alice; W -> 12:03:10: the trailing
+    ]                                                    # no-data batch 3 emits bob (idle 12:01:40); carol stays open
     os.makedirs(src, exist_ok=True)
     for i, rows in enumerate(batches):
         with open(os.path.join(src, f"clicks-{i:03d}.json"), "w") as f:

@@ -27,6 +27,10 @@ Contracts
   state objects are valid inside handle_input_rows / handle_expired_timer only.
 * "Now" is deterministic: processing time is the batch's timestamp recorded in offsets[N], the
   watermark is the batch's eviction watermark W_N, so a redo of a batch sees the same clock.
+  As in Spark 4.3, TimerValues report -1 for both when time_mode is None; in "processing_time" and
+  "event_time" modes both are set (the watermark is W_N, 0 when the query declares none).
+* Late rows (event time <= the previous batch's watermark) are dropped before handle_input_rows
+  only in time_mode="event_time"; in the other modes every row is handed over (Spark 4.3).
 * TTL (`ttl=` ms, a duration string or a timedelta) is processing-time based and needs
   time_mode "processing_time" or "event_time": a value written at batch time T expires at T + ttl
   (expired iff expiry <= batch time); expired values read as absent and are removed at the end of
@@ -78,11 +82,12 @@ class TimerValues:
         self._pt, self._wm = processing_time_ms, watermark_ms
 
     def get_current_processing_time_in_ms(self) -> int:
-        """The batch's processing time (recorded in offsets[N]: the same on a redo)."""
+        """The batch's processing time (recorded in offsets[N]: the same on a redo); -1 when
+        time_mode is None."""
         return self._pt
 
     def get_current_watermark_in_ms(self) -> int:
-        """The batch's eviction watermark in event_time mode; -1 in the other modes."""
+        """The batch's eviction watermark W_N (0 without a watermark); -1 when time_mode is None."""
         return self._wm
 
     getCurrentProcessingTimeInMs = get_current_processing_time_in_ms
@@ -191,9 +196,11 @@ class ValueState(_StateBase):
         exp = self._expiry()
         self._h._store.put(self._key(), encode_value((self._codec.store(new_value), exp)))
         self._index_ttl(exp)
+        self._h._rows["updated"] += 1
 
     def clear(self) -> None:
         self._h._store.delete(self._key())
+        self._h._rows["removed"] += 1
 
 
 class ListState(_StateBase):
@@ -226,6 +233,7 @@ class ListState(_StateBase):
         exp = self._expiry()
         self._write(vals, [exp] * len(vals))
         self._index_ttl(exp)
+        self._h._rows["updated"] += len(vals)
 
     def append_value(self, new_value: Any) -> None:
         self.append_list([new_value])
@@ -236,8 +244,10 @@ class ListState(_StateBase):
         exp = self._expiry()
         self._write(vals + add, exps + [exp] * len(add))
         self._index_ttl(exp)
+        self._h._rows["updated"] += len(add)
 
     def clear(self) -> None:
+        self._h._rows["removed"] += len(self._items()[0])      # Spark counts the elements
         self._h._store.delete(self._key())
 
     appendValue, appendList = append_value, append_list
@@ -278,6 +288,7 @@ class MapState(_StateBase):
         sub, exp = self._sub(key), self._expiry()
         self._h._store.put(self._key(sub), encode_value((self._codec.store(value), exp, self._kcodec.store(key))))
         self._index_ttl(exp, sub)
+        self._h._rows["updated"] += 1
 
     def iterator(self) -> Iterator[tuple]:
         return iter([(self._kcodec.load(p[2]), self._codec.load(p[0])) for p in self._entries()])
@@ -290,8 +301,10 @@ class MapState(_StateBase):
 
     def remove_key(self, key: Any) -> None:
         self._h._store.delete(self._key(self._sub(key)))
+        self._h._rows["removed"] += 1
 
     def clear(self) -> None:
+        self._h._rows["removed"] += sum(1 for _ in self._entries())
         self._h._store.delete_range(self._prefix(), prefix_end(self._prefix()))
 
     getValue, containsKey, updateValue, removeKey = get_value, contains_key, update_value, remove_key
@@ -307,6 +320,9 @@ class StatefulProcessorHandle:
         self._key: tuple | None = None
         self._query_info = query_info
         self.metrics = collections.Counter()
+        #: state rows written / removed by the user (Spark's numRowsUpdated / numRowsRemoved: a list
+        #: element or map entry counts one, timers do not)
+        self._rows: collections.Counter = collections.Counter()
 
     def _current_key(self) -> tuple:
         if self._key is None:
@@ -316,17 +332,20 @@ class StatefulProcessorHandle:
 
     # state variables -----------------------------------------------------------------
     def get_value_state(self, name: str, schema: Any, ttl: Any = None, ttl_duration_ms: Any = None) -> ValueState:
-        self.metrics["num_value_state_vars"] += 1
-        return ValueState(self, name, schema, ttl if ttl is not None else ttl_duration_ms)
+        ttl = ttl if ttl is not None else ttl_duration_ms
+        self.metrics["num_value_state_with_ttl_vars" if ttl is not None else "num_value_state_vars"] += 1
+        return ValueState(self, name, schema, ttl)
 
     def get_list_state(self, name: str, schema: Any, ttl: Any = None, ttl_duration_ms: Any = None) -> ListState:
-        self.metrics["num_list_state_vars"] += 1
-        return ListState(self, name, schema, ttl if ttl is not None else ttl_duration_ms)
+        ttl = ttl if ttl is not None else ttl_duration_ms
+        self.metrics["num_list_state_with_ttl_vars" if ttl is not None else "num_list_state_vars"] += 1
+        return ListState(self, name, schema, ttl)
 
     def get_map_state(self, name: str, key_schema: Any, value_schema: Any, ttl: Any = None,
                       ttl_duration_ms: Any = None) -> MapState:
-        self.metrics["num_map_state_vars"] += 1
-        return MapState(self, name, key_schema, value_schema, ttl if ttl is not None else ttl_duration_ms)
+        ttl = ttl if ttl is not None else ttl_duration_ms
+        self.metrics["num_map_state_with_ttl_vars" if ttl is not None else "num_map_state_vars"] += 1
+        return MapState(self, name, key_schema, value_schema, ttl)
 
     def delete_if_exists(self, name: str) -> None:
         """Drop state variable `name` for every key (of this partition: init runs in each)."""

@@ -2,8 +2,8 @@
 
 Per batch N, for each state partition p (stores loaded at N-1, committed as N by the engine):
 
-    rows  = child rows; if the input has a watermarked event-time column, drop rows with
-            event_time <= W_{N-1} (late) and count them
+    rows  = child rows; in event_time mode, if the input has a watermarked event-time column, drop
+            rows with event_time <= W_{N-1} (late) and count them (other modes keep late rows)
     part  = rows of p (md5 of the key columns, as every stateful operator: state_util.partition_sql)
     proc  = shallow copy of the user's processor; proc.init(handle(store p, now, W_N))
     for each grouping key of part (first-appearance order): proc.handle_input_rows(key, rows, tv)
@@ -16,8 +16,10 @@ Per batch N, for each state partition p (stores loaded at N-1, committed as N by
 crash sees the same clock, fires the same timers and expires the same state: the output and the
 state of batch N are identical on replay (exactly-once with an idempotent sink).
 
-Time-based batches: in event_time mode the operator evicts by watermark (a no-data batch runs when
-the watermark advanced, SEMANTICS.md rule 2). In processing_time mode, after each batch the earliest
+Time-based batches: when the query has a watermark, a trailing no-data batch runs when the watermark
+advanced (SEMANTICS.md rule 2), in every time mode, as Spark 4.3 does (observed: time_mode None runs
+it too, with no output). In processing_time mode Spark 4.3 asks for another batch unconditionally
+(under available_now it never terminates); increments does not. In processing_time mode, after each batch the earliest
 registered timer is written to state/<op>/_next_timer.json (a sidecar; the redo path of the plan
 never reads it, and the non-redo path only runs once the batch that wrote it committed), and
 `has_time_based_work` asks for a no-data batch when that timer is due.
@@ -42,7 +44,7 @@ from state.encoding import decode_key, decode_value, encode_key, encode_value
 from ..plan import nodes as n
 from ..plan.compiler import register
 from ..sql import run_sql
-from ..stateful_processor import (LIST, TIMER, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
+from ..stateful_processor import (LIST, MAP, TIMER, VALUE, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
                                   StatefulProcessorHandle, TimerValues, pad_ms, unpad_ms)
 from .base import BatchContext, PhysicalOp
 from .state_util import duck_type, partition_sql, split_by_partition, write_schema_once
@@ -59,8 +61,8 @@ class TransformWithStateOp(PhysicalOp):
                  time_mode: str | None, output_mode: str):
         super().__init__([child], schema)
         self.keys, self.processor, self.time_mode, self.tws_output_mode = list(keys), processor, time_mode, output_mode
-        self.operator_name = "transformWithStateExec"
-        self.evicts_by_watermark = time_mode == "event_time"
+        self.operator_name = "transformWithStateInPySparkExec"   # what PySpark 4.3 reports
+        self.evicts_by_watermark = True            # with a watermark: trailing batch in every time mode
         self.input_event_time = next(iter(child.event_time_cols), None)
         self.checkpoint_dir: str | None = None     # set by build_runtime (for has_time_based_work)
         self.event_time_cols = {}                  # output rows carry no watermark (Spark resets it)
@@ -100,15 +102,16 @@ class TransformWithStateOp(PhysicalOp):
                            {"__in": table}).column("__p") if table.num_rows else pa.array([], pa.int32())
         parts = split_by_partition(table.append_column("__p", part_col), len(stores))
         now = ctx.timestamp_ms
-        wm = ctx.watermark_ms if self.time_mode == "event_time" else -1
+        wm = ctx.watermark_ms if self.time_mode is not None else -1    # Spark 4.3: W_N (0 without one)
         out = _Output(self.schema, ctx)
         metrics: dict[str, int] = {}
+        rows = {"num_rows_total": 0, "num_rows_updated": 0, "num_rows_removed": 0}
         next_timer: int | None = None
         for p, store in enumerate(stores):
             handle = StatefulProcessorHandle(store, self.time_mode, now, wm, _query_info(ctx))
             proc = copy.copy(self.processor)
             proc.init(handle)
-            tv = TimerValues(now, wm)
+            tv = TimerValues(now if self.time_mode is not None else -1, wm)
             self._input_rows(proc, handle, parts[p].drop_columns(["__p"]), tv, out, ctx)
             if self.time_mode is not None:
                 self._fire_timers(proc, handle, now if self.time_mode == "processing_time" else wm, tv, out, ctx)
@@ -117,6 +120,9 @@ class TransformWithStateOp(PhysicalOp):
             proc.close()
             for k, v in handle.metrics.items():
                 metrics[k] = metrics.get(k, 0) + int(v)
+            rows["num_rows_updated"] += handle._rows["updated"]
+            rows["num_rows_removed"] += handle._rows["removed"]
+            rows["num_rows_total"] += _count_user_rows(store)
             if self.time_mode == "processing_time":
                 first = next(iter(store.range_scan(encode_key((TIMER_INDEX,)), encode_key((TIMER_INDEX + "\x00",)))), None)
                 if first is not None:
@@ -125,13 +131,14 @@ class TransformWithStateOp(PhysicalOp):
         if self.time_mode == "processing_time":
             from state.files import write_json
             write_json(self._sidecar(ctx.state.checkpoint), {"batch_id": ctx.batch_id, "next_processing_timer_ms": next_timer})
-        ctx.custom_metrics[self.operator_id] = {"custom_metrics": metrics}
+        ctx.custom_metrics[self.operator_id] = {**rows, "custom_metrics": metrics}
         return out.table()
 
     def _drop_late(self, ctx: BatchContext, table: pa.Table) -> pa.Table:
-        """Rows with event_time <= W_{N-1} are late (as Spark's late-event filter); nulls are kept."""
+        """In event_time mode, rows with event_time <= W_{N-1} are late (as Spark's late-event
+        filter); nulls are kept. Spark 4.3 drops nothing in the other time modes."""
         col = self.input_event_time
-        if col is None or table.num_rows == 0:
+        if col is None or table.num_rows == 0 or self.time_mode != "event_time":
             return table
         ms = pc.divide(table.column(col).cast(pa.int64()), 1000)
         late = pc.fill_null(pc.less_equal(ms, ctx.late_watermark_ms), False)
@@ -167,14 +174,19 @@ class TransformWithStateOp(PhysicalOp):
             handle._key = key
             if store.get(encode_key((TIMER, "") + key + (encode_key((expiry,)),))) is None:
                 continue                        # deleted by an earlier handler of this batch
-            handle.delete_timer(expiry)
-            handle.metrics["num_deleted_timers"] -= 1
+            handle.delete_timer(expiry)                 # Spark counts it in num_deleted_timers too
             handle.metrics["num_expired_timers"] += 1
             try:
                 out.add(proc.handle_expired_timer(key, tv, ExpiredTimerInfo(expiry)))
             except Exception as e:
                 raise _wrap(e, ctx.where(f"{type(proc).__name__}.handle_expired_timer(key={key!r}, expiry={expiry}) "
                                          f"failed: {e}")) from e
+
+
+def _count_user_rows(store: Any) -> int:
+    """Spark's numRowsTotal: value rows, list rows (one per key) and map entries; timers and the
+    internal indexes are not counted. Scans the partition's state (O(state) per batch)."""
+    return sum(1 for kind in (VALUE, LIST, MAP) for _ in store.prefix_scan(encode_key((kind,))))
 
 
 def _ttl_cleanup(store: Any, now: int) -> int:

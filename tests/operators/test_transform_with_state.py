@@ -110,7 +110,7 @@ def test_value_list_and_map_state(store, tmp_path):
     earlier = inc.read_state(str(tmp_path / "chk"), 0, version=0).to_pylist()
     assert {r["user"]: r["value"]["n"] for r in earlier if r["kind"] == "value"} == {"u1": 2, "u2": 1}
     prog = q.recent_progress[-1]["state_operators"][0]
-    assert prog["operator_name"] == "transformWithStateExec"
+    assert prog["operator_name"] == "transformWithStateInPySparkExec"
     assert prog["num_rows_total"] == len(state)
 
 
@@ -218,7 +218,7 @@ class Reminder(inc.StatefulProcessor):
         now = tv.get_current_processing_time_in_ms()
         self.n.update((self.n.get() or (0,))[0] + len(list(rows)))
         self.h.register_timer(now + 300)
-        assert tv.get_current_watermark_in_ms() == -1
+        assert tv.get_current_watermark_in_ms() == 0       # Spark 4.3: no watermark declared -> 0
         yield {"k": key[0], "what": "got", "n": self.n.get().n, "t": now}
 
     def handle_expired_timer(self, key, tv, info):
@@ -415,3 +415,238 @@ def test_examples_run(script, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "alice" in r.stdout or "'alert': True" in r.stdout
+
+
+# --- batch by batch against Spark 4.3 ------------------------------------------------------------
+# Expectations below were observed on Apache Spark 4.3.0 (PySpark Row-based transformWithState,
+# RocksDB state store, local[2], 2 shuffle partitions) with the same processors and files:
+# JSON file source, maxFilesPerTrigger=1, trigger(availableNow=True), foreachBatch collecting rows.
+# Per batch: output rows (multiset), watermark, num_input_rows and the state operator's
+# num_rows_total / num_rows_updated / num_rows_removed / num_rows_dropped_by_watermark.
+T0 = ms(0)
+
+
+def run_files(tmp_path, batches, schema, build, store="rocksdb", mode="append"):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, rows in enumerate(batches):
+        with open(src / f"part-{i:03d}.json", "w") as f:
+            for r in rows:
+                r = dict(r)
+                if "ts" in r:
+                    r["ts"] = ts(r["ts"]).isoformat()
+                f.write(json.dumps(r) + "\n")
+    got = {}
+    frame = build(inc.read_stream.files(str(src), "json", schema, max_files_per_trigger=1))
+    q = (frame.write_stream.output_mode(mode).checkpoint_location(str(tmp_path / "chk")).option("state_store", store)
+         .option("state_partitions", 2).foreach_batch(lambda t, b: got.__setitem__(b, t.to_pylist()))
+         .trigger(available_now=True).start())
+    q.await_termination()
+    assert q.exception() is None
+    out = []
+    for p in q.recent_progress:
+        so = p["state_operators"][0]
+        out.append({"batch": p["batch_id"], "wm": p["event_time"].get("watermark"), "in": p["num_input_rows"],
+                    "rows": sorted(got.get(p["batch_id"], []), key=lambda r: json.dumps(r, sort_keys=True)),
+                    "state": [so[k] for k in ("num_rows_total", "num_rows_updated", "num_rows_removed",
+                                              "num_rows_dropped_by_watermark")],
+                    "op": so["operator_name"], "custom": so["custom_metrics"]})
+    return out
+
+
+def _srt(rows):
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+class SparkAllKinds(AllKinds):
+    def handle_input_rows(self, key, rows, timer_values):
+        for user, n, items, totals, has_items, has_a in super().handle_input_rows(key, rows, timer_values):
+            yield {"user": user, "n": n, "items": items, "totals": totals, "has_items": has_items, "has_a": has_a}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_spark_value_list_and_map_state_per_batch(store, tmp_path):
+    files = [[{"user": "u1", "item": "a", "qty": 1}, {"user": "u1", "item": "b", "qty": 2},
+              {"user": "u2", "item": "a", "qty": 5}],
+             [{"user": "u1", "item": "a", "qty": 3}, {"user": "u2", "item": "drop", "qty": 0}],
+             [{"user": "u1", "item": "reset", "qty": 0}, {"user": "u3", "item": "c", "qty": 1}]]
+    out = "user STRING, n BIGINT, items STRING, totals STRING, has_items BOOLEAN, has_a BOOLEAN"
+    got = run_files(tmp_path, files, "user STRING, item STRING, qty BIGINT",
+                    lambda s: s.group_by("user").transform_with_state(SparkAllKinds(), out), store)
+
+    def row(u, n, items, totals, hi, ha):
+        return {"user": u, "n": n, "items": items, "totals": totals, "has_items": hi, "has_a": ha}
+    assert [(b["batch"], b["wm"], b["in"], b["rows"], b["state"]) for b in got] == [
+        (0, None, 3, _srt([row("u1", 2, "a:1,b:2", "a=1,b=2", True, True), row("u2", 1, "a:5", "a=5", True, True)]),
+         [7, 8, 0, 0]),
+        (1, None, 2, _srt([row("u2", 2, "a:5", "", True, False), row("u1", 3, "a:1,b:2,a:3", "a=4,b=2", True, True)]),
+         [6, 4, 1, 0]),
+        # list clear counts its 3 elements, map clear its 2 entries
+        (2, None, 2, _srt([row("u1", 4, "", "", False, False), row("u3", 1, "c:1", "c=1", True, False)]),
+         [6, 4, 5, 0]),
+    ]
+    assert {b["op"] for b in got} == {"transformWithStateInPySparkExec"}
+
+
+class SparkIdleAlarm(inc.StatefulProcessor):
+    """Last event per key; an event-time timer at last + 10 s emits 'idle' (times in s from ts(0))."""
+
+    def init(self, handle):
+        self.h = handle
+        self.last = handle.get_value_state("last", "t BIGINT")
+
+    def handle_input_rows(self, key, rows, timer_values):
+        t = max(int(r["ts"].timestamp() * 1000) for r in rows)
+        prev = self.last.get()
+        if prev:
+            self.h.delete_timer(prev.t + 10_000)
+        self.last.update((t,))
+        self.h.register_timer(t + 10_000)
+        yield {"k": key[0], "what": "seen", "at": (t - T0) // 1000,
+               "wm": (timer_values.get_current_watermark_in_ms() - T0) // 1000}
+
+    def handle_expired_timer(self, key, timer_values, expired_timer_info):
+        self.last.clear()
+        yield {"k": key[0], "what": "idle", "at": (expired_timer_info.get_expiry_time_in_ms() - T0) // 1000,
+               "wm": (timer_values.get_current_watermark_in_ms() - T0) // 1000}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_spark_event_time_timers_per_batch(store, tmp_path):
+    files = [[{"k": "a", "ts": 0}, {"k": "b", "ts": 3}],      # timers a@10, b@13
+             [{"k": "b", "ts": 12}, {"k": "a", "ts": 1}],     # moved: b@22, a@11
+             [{"k": "c", "ts": 20}],                          # c@30; W_2 = 7 s: nothing fires
+             [{"k": "a", "ts": 2}, {"k": "c", "ts": 40}],     # a@2 <= W_2 = 7 s: late; W_3 = 15: a@11 fires
+             [{"k": "z", "ts": 100}],                         # W_4 = 35: b@22 fires
+             [{"k": "e", "ts": 41}, {"k": "y", "ts": 130}]]   # e@41 > W_4 = 35 accepted; W_5 = 95: c@50, e@51 fire
+    got = run_files(tmp_path, files, "k STRING, ts TIMESTAMP",
+                    lambda s: s.with_watermark("ts", "5 seconds").group_by("k")
+                    .transform_with_state(SparkIdleAlarm(), "k STRING, what STRING, at BIGINT, wm BIGINT",
+                                          time_mode="event_time"), store)
+
+    def r(k, what, at, wm):
+        return {"k": k, "what": what, "at": at, "wm": wm}
+    epoch = -T0 // 1000
+    assert [(b["batch"], b["wm"], b["in"], b["rows"], b["state"]) for b in got] == [
+        (0, "1970-01-01T00:00:00.000Z", 2, _srt([r("a", "seen", 0, epoch), r("b", "seen", 3, epoch)]), [2, 2, 0, 0]),
+        (1, "2023-12-31T23:59:58.000Z", 2, _srt([r("a", "seen", 1, -2), r("b", "seen", 12, -2)]), [2, 2, 0, 0]),
+        (2, "2024-01-01T00:00:07.000Z", 1, [r("c", "seen", 20, 7)], [3, 1, 0, 0]),
+        (3, "2024-01-01T00:00:15.000Z", 2, _srt([r("a", "idle", 11, 15), r("c", "seen", 40, 15)]), [2, 1, 1, 1]),
+        (4, "2024-01-01T00:00:35.000Z", 1, _srt([r("z", "seen", 100, 35), r("b", "idle", 22, 35)]), [2, 1, 1, 0]),
+        (5, "2024-01-01T00:01:35.000Z", 2, _srt([r("y", "seen", 130, 95), r("e", "seen", 41, 95),
+                                                 r("c", "idle", 50, 95), r("e", "idle", 51, 95)]), [2, 2, 2, 0]),
+        (6, "2024-01-01T00:02:05.000Z", 0, [r("z", "idle", 110, 125)], [1, 0, 1, 0]),   # trailing no-data batch
+    ]
+    # Spark counts a fired timer as deleted (its numExpiredTimers stays 0 in 4.3; ours counts them)
+    assert [(b["custom"].get("num_registered_timers", 0), b["custom"].get("num_deleted_timers", 0)) for b in got] == [
+        (2, 0), (2, 2), (1, 0), (1, 2), (1, 1), (2, 2), (0, 1)]
+
+
+class SparkCount(inc.StatefulProcessor):
+    def init(self, handle):
+        self.n = handle.get_value_state("n", "n BIGINT")
+
+    def handle_input_rows(self, key, rows, timer_values):
+        n = (self.n.get() or (0,))[0] + sum(1 for _ in rows)
+        self.n.update((n,))
+        yield {"k": key[0], "n": n, "wm": timer_values.get_current_watermark_in_ms(),
+               "pt": timer_values.get_current_processing_time_in_ms() > 0}
+
+
+@pytest.mark.parametrize("time_mode", [None, "processing_time", "event_time"])
+def test_spark_late_rows_and_trailing_batch_by_time_mode(time_mode, tmp_path):
+    """Only event_time mode drops late rows; every mode runs the trailing no-data batch (Spark 4.3 in
+    processing_time mode goes on running no-data batches forever under available_now: increments
+    stops after this one); TimerValues give -1 for both times when time_mode is None."""
+    files = [[{"k": "a", "ts": 10}], [{"k": "a", "ts": 20}, {"k": "b", "ts": 3}], [{"k": "a", "ts": 5}, {"k": "b", "ts": 30}]]
+    got = run_files(tmp_path, files, "k STRING, ts TIMESTAMP",
+                    lambda s: s.with_watermark("ts", "5 seconds").group_by("k")
+                    .transform_with_state(SparkCount(), "k STRING, n BIGINT, wm BIGINT, pt BOOLEAN",
+                                          time_mode=time_mode, output_mode="update"), mode="update")
+    et, timed = time_mode == "event_time", time_mode is not None
+
+    def r(k, n, wm):
+        return {"k": k, "n": n, "wm": (T0 + wm * 1000 if wm else 0) if timed else -1, "pt": timed}
+    last = [r("b", 2, 15)] if et else [r("a", 3, 15), r("b", 2, 15)]     # a@5 <= W_1 = 5 s is late
+    assert [(b["batch"], b["wm"], b["in"], b["rows"], b["state"]) for b in got] == [
+        (0, "1970-01-01T00:00:00.000Z", 1, [r("a", 1, 0)], [1, 1, 0, 0]),
+        (1, "2024-01-01T00:00:05.000Z", 2, _srt([r("a", 2, 5), r("b", 1, 5)]), [2, 2, 0, 0]),
+        (2, "2024-01-01T00:00:15.000Z", 2, _srt(last), [2, len(last), 0, int(et)]),
+        (3, "2024-01-01T00:00:25.000Z", 0, [], [2, 0, 0, 0]),
+    ]
+
+
+class SparkChain(inc.StatefulProcessor):
+    """List put/append, and an expired-timer handler that registers a new timer already behind the
+    watermark: Spark fires it in the next batch, not in the same firing pass."""
+
+    def init(self, handle):
+        self.h = handle
+        self.lst = handle.get_list_state("l", "x BIGINT")
+
+    def handle_input_rows(self, key, rows, timer_values):
+        xs = [int(r["ts"].timestamp()) - T0 // 1000 for r in rows]
+        self.lst.put([(x,) for x in sorted(xs)])
+        self.h.register_timer(T0 + max(xs) * 1000 + 1000)
+        yield {"k": key[0], "what": "in", "v": ",".join(str(t.x) for t in self.lst.get())}
+
+    def handle_expired_timer(self, key, timer_values, expired_timer_info):
+        e = (expired_timer_info.get_expiry_time_in_ms() - T0) // 1000
+        if e < 5:
+            self.h.register_timer(T0 + (e + 1) * 1000)
+        self.lst.append_value((e,))
+        yield {"k": key[0], "what": "fire", "v": f"{e}:{','.join(str(t.x) for t in self.lst.get())}"}
+
+
+def test_spark_timer_registered_while_firing_waits_for_the_next_batch(tmp_path):
+    files = [[{"k": "a", "ts": 1}, {"k": "a", "ts": 0}], [{"k": "b", "ts": 60}], [{"k": "b", "ts": 61}]]
+    got = run_files(tmp_path, files, "k STRING, ts TIMESTAMP",
+                    lambda s: s.with_watermark("ts", "5 seconds").group_by("k")
+                    .transform_with_state(SparkChain(), "k STRING, what STRING, v STRING", time_mode="event_time"))
+    assert [(b["batch"], b["wm"], b["in"], b["rows"], b["state"]) for b in got] == [
+        (0, "1970-01-01T00:00:00.000Z", 2, [{"k": "a", "what": "in", "v": "0,1"}], [1, 2, 0, 0]),
+        (1, "2023-12-31T23:59:56.000Z", 1, [{"k": "b", "what": "in", "v": "60"}], [2, 1, 0, 0]),
+        (2, "2024-01-01T00:00:55.000Z", 1, _srt([{"k": "a", "what": "fire", "v": "2:0,1,2"},
+                                                 {"k": "b", "what": "in", "v": "61"}]), [2, 2, 0, 0]),
+        # the trailing batch fires a@3 (registered in batch 2 behind W=55); a@4 and b@62 never fire
+        (3, "2024-01-01T00:00:56.000Z", 0, [{"k": "a", "what": "fire", "v": "3:0,1,2,3"}], [2, 1, 0, 0]),
+    ]
+
+
+class SparkLongTtl(inc.StatefulProcessor):
+    """Value, list and map state with a 1-hour TTL (never expires here), two grouping columns."""
+
+    def init(self, handle):
+        self.v = handle.get_value_state("v", "n BIGINT", 3600_000)
+        self.lst = handle.get_list_state("l", "x BIGINT", 3600_000)
+        self.m = handle.get_map_state("m", "mk STRING", "x BIGINT", 3600_000)
+
+    def handle_input_rows(self, key, rows, timer_values):
+        rows = list(rows)
+        n = (self.v.get() or (0,))[0] + len(rows)
+        self.v.update((n,))
+        for r in rows:
+            self.lst.append_value((1,))
+            self.m.update_value((r["m"],), (1,))
+        yield {"k1": key[0], "k2": key[1], "n": n, "l": len(list(self.lst.get())), "m": len(list(self.m.keys()))}
+
+
+def test_spark_ttl_state_and_two_key_columns(tmp_path):
+    """TTL index rows are not state rows (num_rows_total); TTL'd variables are counted apart. Spark
+    4.3 then runs no-data batches without end (processing_time + available_now); increments stops."""
+    files = [[{"k1": "a", "k2": 1, "m": "x"}, {"k1": "a", "k2": 1, "m": "y"}, {"k1": "a", "k2": 2, "m": "x"}],
+             [{"k1": "a", "k2": 1, "m": "x"}], [{"k1": "b", "k2": 1, "m": "z"}]]
+    got = run_files(tmp_path, files, "k1 STRING, k2 BIGINT, m STRING",
+                    lambda s: s.group_by("k1", "k2").transform_with_state(
+                        SparkLongTtl(), "k1 STRING, k2 BIGINT, n BIGINT, l BIGINT, m BIGINT",
+                        time_mode="processing_time", output_mode="update"), mode="update")
+
+    def r(k1, k2, n, lst, m):
+        return {"k1": k1, "k2": k2, "n": n, "l": lst, "m": m}
+    assert [(b["batch"], b["in"], b["rows"], b["state"]) for b in got] == [
+        (0, 3, _srt([r("a", 1, 2, 2, 2), r("a", 2, 1, 1, 1)]), [7, 8, 0, 0]),
+        (1, 1, [r("a", 1, 3, 3, 2)], [7, 3, 0, 0]),
+        (2, 1, [r("b", 1, 1, 1, 1)], [10, 3, 0, 0]),
+    ]
+    assert {k: v for k, v in got[0]["custom"].items() if k.endswith("_vars") and v} == {
+        "num_value_state_with_ttl_vars": 2, "num_list_state_with_ttl_vars": 2, "num_map_state_with_ttl_vars": 2}
