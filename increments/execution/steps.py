@@ -254,7 +254,3 @@ def run_one_batch(rt: QueryRuntime, *, limited: bool = True) -> dict[str, Any] |
     write_batch(rt, plan)
     _, progress = commit_batch(rt, plan)
     return progress
-
-
-def empty_like(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()

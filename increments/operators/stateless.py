@@ -226,11 +226,11 @@ class ParseJsonOp(PhysicalOp):
 
     def _route_dead_letters(self, ctx: BatchContext, con, table: pa.Table, texts) -> pa.Table:
         """Split off every bad row, hand them to the dead-letter target, return the good ones."""
-        from ..sources.file_formats import first_bad_json_row
-        good_mask = []
-        reasons = []
-        # vectorised classification: validity plus per-field type checks
         import numpy as np
+
+        from ..sources.file_formats import first_bad_json_row
+        reasons = []
+        # one diagnosis query per bad row (bad rows are rare); each pass removes the row it found
         ok = np.ones(table.num_rows, dtype=bool)
         remaining = texts
         idx = np.arange(table.num_rows)
@@ -244,7 +244,6 @@ class ParseJsonOp(PhysicalOp):
             keep_mask[bad[0]] = False  # only this row: first_bad_json_row checks JSON validity before types
             remaining = remaining.filter(pa.array(keep_mask))
             idx = idx[keep_mask]
-        del good_mask
         bad_rows = table.filter(pa.array(~ok))
         reason_col = pa.array([r for _, r in sorted(reasons)], pa.string())
         n = self.dead_letter.write(ctx, bad_rows, reason_col)

@@ -54,9 +54,6 @@ class Source(ABC):
     def set_available_now_target(self, target: Any) -> None:
         """Restore a drain's target (the Dagster drain stores it in the log)."""
 
-    def num_rows_hint(self, start: Any, end: Any) -> int | None:
-        return None
-
     def has_new_data(self, start: Any, end: Any) -> bool:
         return start != end
 

@@ -115,9 +115,6 @@ class DeltaSource(Source):
             out += adds[lo:hi]
         return out
 
-    def num_rows_hint(self, start: Any, end: Any) -> int | None:
-        return None
-
     def read(self, start: Any, end: Any) -> pa.Table:
         """The rows of the data files between the two positions (module doc), in log order."""
         schema = self.schema()

@@ -98,24 +98,23 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
 
 def read_csv(path: str, schema: Schema, header: bool = False, delimiter: str = ",") -> pa.Table:
     arrow_schema = schema.to_arrow()
-    read_opts = pacsv.ReadOptions(column_names=None if header else schema.names, skip_rows=0)
+    read_opts = (pacsv.ReadOptions(autogenerate_column_names=False) if header
+                 else pacsv.ReadOptions(column_names=schema.names))
     conv = pacsv.ConvertOptions(column_types=arrow_schema, include_columns=schema.names,
                                 strings_can_be_null=True, timestamp_parsers=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z", pacsv.ISO8601])
     try:
-        if header:
-            read_opts = pacsv.ReadOptions(autogenerate_column_names=False)
         table = pacsv.read_csv(path, read_options=read_opts, convert_options=conv,
                                parse_options=pacsv.ParseOptions(delimiter=delimiter))
         return table.select(schema.names).cast(arrow_schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise MalformedInputError(f"file {path}: {_csv_reason(str(e), header)}") from e
+        raise MalformedInputError(f"file {path}: {_csv_reason(str(e))}") from e
 
 
-def _csv_reason(msg: str, header: bool) -> str:
+def _csv_reason(msg: str) -> str:
     import re
     m = re.search(r"[Rr]ow #?(\d+)", msg)
     if m:
-        return f"line {int(m.group(1)) + (0 if header else 0)}: {msg}"
+        return f"line {int(m.group(1))}: {msg}"
     return msg
 
 

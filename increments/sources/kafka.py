@@ -222,9 +222,6 @@ class KafkaSource(Source):
     def has_new_data(self, start: Any, end: Any) -> bool:
         return any(e != start.get(t, {}).get(p, 0) for t, ps in end.items() for p, e in ps.items())
 
-    def num_rows_hint(self, start: Any, end: Any) -> int | None:
-        return sum(max(0, e - start.get(t, {}).get(p, 0)) for t, ps in end.items() for p, e in ps.items())
-
     def prepare_available_now(self) -> None:
         parts = self._partitions()
         self._target = {t: {} for t in parts}

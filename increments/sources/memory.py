@@ -70,7 +70,3 @@ class MemorySource(Source):
         if not chunks:
             return self._schema.empty_table()
         return pa.concat_tables(chunks)
-
-    def num_rows_hint(self, start: int, end: int) -> int:
-        with self._lock:
-            return sum(c.num_rows for c in self._chunks[start:end])
