@@ -1,4 +1,8 @@
-"""DuckDB connections: one per thread, UTC session time zone, Arrow in and out."""
+"""DuckDB connections: one in-memory database per process, a cursor (its own connection: its own
+registered tables and settings) per thread, UTC session time zone, Arrow in and out.
+
+Opening a DuckDB database costs 15-30 ms, a cursor on an open one microseconds; a query runs on a
+new thread every start(), so the database is shared and only the cursor is per thread."""
 from __future__ import annotations
 
 import threading
@@ -7,12 +11,18 @@ import duckdb
 import pyarrow as pa
 
 _local = threading.local()
+_db: duckdb.DuckDBPyConnection | None = None
+_db_lock = threading.Lock()
 
 
 def duckdb_connection() -> duckdb.DuckDBPyConnection:
+    global _db
     con = getattr(_local, "con", None)
     if con is None:
-        con = duckdb.connect()
+        with _db_lock:
+            if _db is None:
+                _db = duckdb.connect()
+            con = _db.cursor()
         con.execute("SET TimeZone='UTC'")
         _local.con = con
     return con

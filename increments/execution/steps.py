@@ -114,7 +114,13 @@ def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
     info: dict[str, Any] = {"sources": []}
     for i, src in enumerate(rt.sources):
         s, en = e.start[str(i)], e.end[str(i)]
-        table = src.read(s, en) if src.has_new_data(s, en) else src.schema().empty_table()
+        cols = rt.plan.scan_columns.get(i)
+        if not src.has_new_data(s, en):
+            table = src.schema().empty_table()
+        elif cols is not None and getattr(src, "reads_columns", False):
+            table = src.read(s, en, columns=cols)
+        else:
+            table = src.read(s, en)
         rt.staging.put_table(e.batch_id, f"input_{i}", table)
         info["sources"].append({"num_input_rows": _scan_rows(rt, i, table),
                                 **(getattr(src, "read_metrics", None) or {})})

@@ -80,6 +80,9 @@ class Accumulators:
         for i, t in enumerate(self.types):
             cols[f"__o{i}"] = pa.array([o[i] if o is not None else None for o in old], type=t)
         cols["__existed"] = pa.array([o is not None for o in old], pa.bool_())
+        fast = self._merge_arrow(cols)
+        if fast is not None:
+            return fast
         exprs = []
         for i, (_, _, _, kind) in enumerate(self.accs):
             a, o = f"__a{i}", f"__o{i}"
@@ -91,6 +94,31 @@ class Accumulators:
         out = run_sql(f"SELECT {', '.join(exprs)} FROM __m", {"__m": pa.table(cols)})
         return pa.table([out.column(i).cast(t) for i, t in enumerate(self.types)],
                         names=[f"__a{i}" for i in range(len(self.accs))])
+
+    def _merge_arrow(self, cols: dict[str, Any]) -> pa.Table | None:
+        """`merge` by Arrow compute kernels (the same rules as its SQL); None when a kernel does not
+        support a type, and the SQL decides."""
+        import pyarrow.compute as pc
+        out = []
+        try:
+            for i, (_, t, _, kind) in enumerate(self.accs):
+                a, o = cols[f"__a{i}"], cols[f"__o{i}"]
+                if kind == "add":
+                    m = pc.add(pc.fill_null(o, 0), a)
+                elif kind == "sum":
+                    m = pc.coalesce(pc.add(o, a), o, a)
+                elif kind == "min":
+                    m = pc.min_element_wise(o, a, skip_nulls=True)
+                elif kind == "max":
+                    m = pc.max_element_wise(o, a, skip_nulls=True)
+                elif kind == "first":
+                    m = pc.if_else(cols["__existed"], o, a)
+                else:
+                    m = a
+                out.append(m.cast(t))
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            return None
+        return pa.table(out, names=[f"__a{i}" for i in range(len(self.accs))])
 
     def finalize(self, acc_cols: list[pa.Array]) -> list[pa.Array]:
         import pyarrow.compute as pc
@@ -166,26 +194,48 @@ class WindowAggregateOp(PhysicalOp):
     def describe(self) -> str:
         return f"StateStoreSave[{self.operator_name}, keys={self.key_columns}, mode={self.mode}]"
 
+    def columns_read(self, needed: set[str] | None) -> set[str]:
+        """The input columns this aggregation reads (whatever its output needs)."""
+        cols = {k.column if isinstance(k, WindowSpec) else k for k in self.keys}
+        return cols | {a.column for a in self.acc.aggs if a.column is not None}
+
     # -- one batch ---------------------------------------------------------------------------
     def _time_cols(self) -> list[str]:
         return ["__we", "__ws"] if self.window else (["__tk"] if self.time_key else [])
 
     def _partials(self, table: pa.Table, nparts: int) -> pa.Table:
-        """Window assignment + partial aggregation + partition, one DuckDB query."""
+        """Window assignment + partial aggregation + partition, one DuckDB query over only the
+        columns the keys and aggregates read. A tumbling window (slide == size) is one window per
+        row, so it needs no fan-out; first/last need the input order (__rn), nothing else does."""
+        fast = self._partials_arrow(table, nparts)
+        if fast is not None:
+            return fast
         import numpy as np
-        table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        rel = "__in"
+        used = [k for k in self.store_plain] + [a.column for a in self.acc.aggs if a.column is not None]
+        if self.window:
+            used.append(self.window.column)
+        elif self.time_key:
+            used.append(self.time_key)
+        cols = ", ".join(q(c) for c in dict.fromkeys(used))
+        if any(a.func in ("first", "last") for a in self.acc.aggs):
+            table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+            cols = (cols + ", " if cols else "") + "__rn"
+        cols = cols or "1 AS __one"
+        rel = f"(SELECT {cols} FROM __in)"
         if self.window:
             w = self.window
             size, slide, off = w.size_ms * 1000, w.slide_ms * 1000, w.start_ms * 1000
             nwin = math.ceil(size / slide)
             c = q(w.column)
-            base = f"SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL"
+            base = f"SELECT {cols}, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL"
             last = f"(__t - (((__t - {off}) % {slide}) + {slide}) % {slide})"
-            rel = (f"(SELECT * FROM (SELECT b.*, {last} - r.k * {slide} AS __ws, {last} - r.k * {slide} + {size} AS __we "
-                   f"FROM ({base}) b CROSS JOIN range(0, {nwin}) AS r(k)) WHERE __we > __t)")
+            if nwin == 1 and size == slide:
+                rel = f"(SELECT *, {last} AS __ws, {last} + {size} AS __we FROM ({base}) b)"
+            else:
+                rel = (f"(SELECT * FROM (SELECT b.*, {last} - r.k * {slide} AS __ws, {last} - r.k * {slide} + {size} AS __we "
+                       f"FROM ({base}) b CROSS JOIN range(0, {nwin}) AS r(k)) WHERE __we > __t)")
         elif self.time_key:
-            rel = f"(SELECT *, epoch_us({q(self.time_key)}) AS __tk FROM __in)"
+            rel = f"(SELECT *, epoch_us({q(self.time_key)}) AS __tk FROM {rel})"
         groups = self._time_cols() + [q(k) for k in self.store_plain]
         gsql = ", ".join(groups)
         pcols = (["__ws"] if self.window else []) + [q(k) for k in self.store_plain]
@@ -196,6 +246,83 @@ class WindowAggregateOp(PhysicalOp):
         if not gsql and table.num_rows == 0:
             return out.slice(0, 0)
         return out
+
+    _ARROW_AGG = {"count": "count", "sum": "sum", "min": "min", "max": "max", "avg": "sum"}
+
+    def _partials_arrow(self, table: pa.Table, nparts: int) -> pa.Table | None:
+        """The same partials as the DuckDB query, by Arrow's hash aggregation, for the common shape:
+        a tumbling window (or none), count/sum/min/max/avg over numeric or timestamp columns, and
+        plain keys Arrow can group. None when the shape is anything else (DuckDB decides)."""
+        import numpy as np
+        import pyarrow.compute as pc
+        w = self.window
+        if w is not None and w.size_ms != w.slide_ms:
+            return None
+        if not self.store_plain and w is None and self.time_key is None:
+            return None   # a global aggregate: one group even over no rows (DuckDB's GROUP BY-less query)
+        aggs: list[tuple[str, str]] = []
+        for a in self.acc.aggs:
+            if a.func not in self._ARROW_AGG:
+                return None
+            if a.column is not None:
+                t = table.schema.field(a.column).type
+                if not (pa.types.is_integer(t) or pa.types.is_floating(t)
+                        or (a.func in ("min", "max") and pa.types.is_timestamp(t))):
+                    return None
+            aggs.append((a.column, a.func))
+        for k in self.store_plain:
+            t = table.schema.field(k).type
+            if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                    or pa.types.is_boolean(t) or pa.types.is_timestamp(t) or pa.types.is_date(t)):
+                return None
+        cols: dict[str, Any] = {}
+        if w is not None or self.time_key is not None:
+            tname = w.column if w is not None else self.time_key
+            tcol = table.column(tname)
+            if tcol.type.unit != "us":
+                return None
+            if w is not None and tcol.null_count:   # rows without an event time get no window
+                table = table.filter(pc.is_valid(tcol))
+                tcol = table.column(tname)
+            us = tcol.cast(pa.timestamp("us", tz=tcol.type.tz)).cast(pa.int64())
+            if w is not None:
+                size, off = w.size_ms * 1000, w.start_ms * 1000
+                t = us.to_numpy()
+                ws = t - np.mod(t - off, size)
+                cols["__we"] = pa.array(ws + size)
+                cols["__ws"] = pa.array(ws)
+            else:
+                cols["__tk"] = us
+        for k in self.store_plain:
+            cols[k] = table.column(k)
+        names = list(cols)
+        specs: list[tuple] = []
+        for i, (c, func) in enumerate(aggs):
+            if c is None:
+                specs.append(([], "count_all"))
+                continue
+            src = f"__c{i}"
+            col = table.column(c)
+            if func == "avg":
+                col = col.cast(pa.float64())
+            cols[src] = col
+            specs.append((src, self._ARROW_AGG[func], pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
+                          if func != "count" else pc.CountOptions(mode="only_valid")))
+            if func == "avg":
+                specs.append((src, "count", pc.CountOptions(mode="only_valid")))
+        try:
+            g = pa.table(cols).group_by(names, use_threads=False).aggregate(specs)
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            return None
+        out = {k: g.column(k) for k in names}
+        # the aggregates, in spec order, follow the keys (pyarrow >= 13) or precede them (older)
+        first = len(names) if g.column_names[:len(names)] == names else 0
+        for i, (_, t, _, _) in enumerate(self.acc.accs):
+            out[f"__a{i}"] = g.column(first + i).cast(t)
+        result = pa.table(out)
+        pcols = (["__ws"] if w is not None else []) + list(self.store_plain)
+        from .state_util import partition_ids
+        return result.append_column("__p", partition_ids(result, pcols, nparts))
 
     def execute(self, ctx: BatchContext) -> pa.Table:
         import pyarrow.compute as pc

@@ -31,6 +31,24 @@ def partition_sql(cols: list[str], n: int) -> str:
     return f"CAST(md5_number(concat_ws('\x1f', {parts})) % {n} AS INTEGER)"
 
 
+def partition_ids(table: pa.Table, cols: list[str], n: int) -> pa.Array:
+    """`partition_sql(cols, n)` evaluated over `table` (int32 per row): in Python for integer and
+    string columns (md5_number is the little-endian integer of the md5 digest, and their text
+    form is Python's), by DuckDB for any other type. Meant for grouped rows (one per key)."""
+    import hashlib
+    if n <= 1 or not cols or table.num_rows == 0:
+        return pa.array([0] * table.num_rows, pa.int32())
+    types = [table.schema.field(c).type for c in cols]
+    if not all(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) for t in types):
+        from ..sql import run_sql
+        sql = partition_sql([quote_ident(c) for c in cols], n)
+        return run_sql(f"SELECT {sql} AS __p FROM __g", {"__g": table.select(cols)}).column(0).combine_chunks()
+    texts = [["\\N" if v is None else str(v) for v in table.column(c).to_pylist()] for c in cols]
+    md5 = hashlib.md5
+    return pa.array([int.from_bytes(md5("\x1f".join(row).encode()).digest(), "little") % n for row in zip(*texts)],
+                    pa.int32())
+
+
 def time_bound(watermark_ms: int) -> bytes:
     """Exclusive scan end covering every key whose leading int time (us) is <= watermark_ms."""
     return encode_key((watermark_ms * 1000 + 1,))

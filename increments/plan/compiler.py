@@ -51,6 +51,9 @@ class CompiledPlan:
     #: source index -> filter conjuncts Spark would push into that file scan (plan/pushdown.py);
     #: the read step counts num_input_rows after them, as Spark's scan does
     scan_filters: dict[int, list[str]] = field(default_factory=dict)
+    #: source index -> the only columns the query reads from that source (absent: all of them);
+    #: a source that can read fewer columns does, and fills the others with nulls (prune_scans)
+    scan_columns: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def has_watermark_eviction(self) -> bool:
@@ -80,7 +83,7 @@ class Compiler:
         node = push_filters_below_watermarks(node)
         root = self.build(node)
         return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings,
-                            self.scan_filters)
+                            self.scan_filters, prune_scans(root))
 
     # -- building -----------------------------------------------------------------------
     def next_operator_id(self, op: PhysicalOp) -> str:
@@ -231,6 +234,29 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
         return dataclasses.replace(node, left=push_filters_below_watermarks(node.left),
                                    right=push_filters_below_watermarks(node.right))
     return node
+
+
+def prune_scans(root: PhysicalOp) -> dict[int, list[str]]:
+    """The columns each streaming scan must produce, walking down from the output (which needs all
+    of its columns). Conservative: an operator that does not declare what it reads
+    (`columns_read(needed) -> set | None`, None meaning every input column) needs all of its
+    input; so only chains like scan -> with_watermark -> group_by(...).agg(...) are pruned."""
+    out: dict[int, list[str]] = {}
+
+    def walk(op: PhysicalOp, needed: set[str] | None) -> None:
+        if isinstance(op, ScanOp):
+            if needed is not None and set(op.schema.names) - needed:
+                out[op.source_index] = [c for c in op.schema.names if c in needed]
+            return
+        if isinstance(op, WatermarkOp):
+            walk(op.children[0], None if needed is None else needed | {op.column})
+            return
+        reads = getattr(op, "columns_read", None)
+        child_needed = reads(needed) if reads is not None and len(op.children) == 1 else None
+        for c in op.children:
+            walk(c, child_needed)
+    walk(root, None)
+    return out
 
 
 def output_schema(node: n.Node) -> pa.Schema:

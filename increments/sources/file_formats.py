@@ -17,10 +17,21 @@ from ..errors import MalformedInputError
 from ..types import Schema
 
 
-def read_json_lines(path: str, schema: Schema) -> pa.Table:
+def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> pa.Table:
+    """`table` (holding at least `columns`) as a table of `schema` where every column not in
+    `columns` is all null (a pruned scan: nothing downstream reads those columns)."""
+    if columns is None:
+        return table
+    n = table.num_rows
+    return pa.Table.from_arrays([table.column(f.name) if f.name in columns else pa.nulls(n, f.type)
+                                 for f in schema], schema=schema)
+
+
+def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None) -> pa.Table:
     """DuckDB's reader first (the fastest here); pyarrow's when DuckDB refuses (e.g. an object over its
-    size limit); the line-by-line diagnosis when both do, so the error names the line."""
-    fast = _read_json_duckdb(path, schema)
+    size limit); the line-by-line diagnosis when both do, so the error names the line. With
+    `columns`, only those are decoded (the others are null, see with_only)."""
+    fast = _read_json_duckdb(path, schema, columns)
     if fast is not None:
         return fast
     with open(path, "rb") as f:
@@ -40,16 +51,21 @@ def read_json_lines(path: str, schema: Schema) -> pa.Table:
         raise MalformedInputError(f"file {path}, line {line}: {reason}") from e
 
 
-def _read_json_duckdb(path: str, schema: Schema) -> pa.Table | None:
+def _read_json_duckdb(path: str, schema: Schema, only: list[str] | None = None) -> pa.Table | None:
     import duckdb
 
     from ..sql import duckdb_connection
-    columns = "{" + ", ".join(f"'{f.name.replace(chr(39), chr(39) * 2)}': '{f.duckdb_type}'" for f in schema.fields) + "}"
+    fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+    columns = "{" + ", ".join(f"'{f.name.replace(chr(39), chr(39) * 2)}': '{f.duckdb_type}'" for f in fields) + "}"
     quoted = path.replace("'", "''")
     try:
         table = duckdb_connection().sql(
             f"SELECT * FROM read_json('{quoted}', format='newline_delimited', columns={columns}, "
             f"maximum_object_size=67108864)").to_arrow_table()
+        if only is not None:
+            target = schema.to_arrow()
+            read = pa.schema([target.field(f.name) for f in fields])
+            return with_only(table.select(read.names).cast(read), target, only)
         return table.select(schema.names).cast(schema.to_arrow())
     except (duckdb.Error, pa.ArrowInvalid, pa.ArrowTypeError):
         return None
@@ -118,18 +134,26 @@ def _csv_reason(msg: str) -> str:
     return msg
 
 
-def read_parquet(path: str, schema: Schema | None) -> pa.Table:
+def read_parquet(path: str, schema: Schema | None, columns: list[str] | None = None) -> pa.Table:
+    """The file as `schema` (every declared column must be in the file); with `columns`, only
+    those are decoded (the others are null, see with_only)."""
     try:
-        table = pq.read_table(path)
+        with pq.ParquetFile(path) as pf:
+            names = pf.schema_arrow.names
+            if schema is None:
+                return pf.read()
+            missing = [n for n in schema.names if n not in names]
+            if missing:
+                raise MalformedInputError(f"file {path}: columns {missing} of the declared schema are missing "
+                                          f"(the file has {names})")
+            table = pf.read(columns=[c for c in schema.names if columns is None or c in columns] or schema.names[:1])
     except (pa.ArrowInvalid, OSError) as e:
         raise MalformedInputError(f"file {path}: not a readable Parquet file: {e}") from e
-    if schema is None:
-        return table
-    missing = [n for n in schema.names if n not in table.column_names]
-    if missing:
-        raise MalformedInputError(f"file {path}: columns {missing} of the declared schema are missing "
-                                  f"(the file has {table.column_names})")
     try:
+        if columns is not None:
+            target = schema.to_arrow()
+            read = pa.schema([target.field(c) for c in table.column_names])
+            return with_only(table.cast(read), target, columns)
         return table.select(schema.names).cast(schema.to_arrow())
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise MalformedInputError(f"file {path}: cannot cast to the declared schema ({schema}): {e}") from e

@@ -20,9 +20,14 @@ from ..errors import DataLossError, MalformedInputError
 from ..types import parse_schema
 from . import file_formats
 from .base import Source
+from .prefetch import ReadAhead
 
 log = logging.getLogger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")
+#: with max_files_per_trigger and a backlog, the files of this many next batches are decoded in the
+#: background while the current batch runs (sources/prefetch.py); a file's reader is mostly one
+#: thread, so two files at once use both cores as a one-shot multi-file scan would
+READ_AHEAD_BATCHES = 2
 
 
 class FileSource(Source):
@@ -46,6 +51,8 @@ class FileSource(Source):
         self._log: SeenFilesLog | None = None
         self._target: set[str] | None = None
         self.read_metrics: dict[str, Any] = {}
+        self._upcoming: list[str] = []          # the files the next batch will likely take
+        self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES)
 
     @property
     def description(self) -> str:
@@ -85,7 +92,11 @@ class FileSource(Source):
         if self._target is not None:
             new = [f for f in new if f in self._target]
         if limited and self.max_files_per_trigger:
+            m = self.max_files_per_trigger
+            self._upcoming = new[m: m + READ_AHEAD_BATCHES * m]
             new = new[: self.max_files_per_trigger]
+        else:
+            self._upcoming = []
         if not new:
             return start
         self._log.write(start + 1, new)
@@ -104,7 +115,16 @@ class FileSource(Source):
         assert self._log is not None
         return self._log.files_between(start, end)
 
-    def read(self, start: int, end: int) -> pa.Table:
+    @property
+    def reads_columns(self) -> bool:
+        """JSON and Parquet files can be read for a subset of the columns (read(..., columns=))."""
+        return self.format in ("json", "parquet")
+
+    def read(self, start: int, end: int, columns: list[str] | None = None) -> pa.Table:
+        """The rows of the files of batches (start, end], in name order. With `columns` (JSON and
+        Parquet) only those columns are decoded and every other column of the schema is null, as
+        Spark's scan reads only the columns a query uses (a bad value in an unread column is not
+        seen); a malformed line or file fails the batch either way."""
         files = self.files_for(start, end)
         tables, skipped = [], []
         for f in files:
@@ -116,19 +136,30 @@ class FileSource(Source):
                 log.warning("%s", self.fail(f"skipping missing file {f} (fail_on_data_loss=False)"))
                 skipped.append(f)
                 continue
-            tables.append(self._read_one(f))
+            tables.append(self._read_one(f, columns if self.reads_columns else None))
         self.read_metrics = {"files": len(files), "skipped_files": skipped}
+        # overlap decoding the next batch's files with processing this one (sources/prefetch.py)
+        upcoming = [f for f in self._upcoming if f not in files]
+        if upcoming:
+            cols = columns if self.reads_columns else None
+            self._read_ahead.start(upcoming, cols, lambda f: self._decode(f, cols))
         if not tables:
             return self.schema().empty_table()
         return pa.concat_tables(tables)
 
-    def _read_one(self, f: str) -> pa.Table:
+    def _read_one(self, f: str, columns: list[str] | None = None) -> pa.Table:
+        ahead = self._read_ahead.take(f, columns)
+        if ahead is not None:
+            return ahead
+        return self._decode(f, columns)
+
+    def _decode(self, f: str, columns: list[str] | None = None) -> pa.Table:
         try:
             if self.format == "json":
-                return file_formats.read_json_lines(f, self._schema)
+                return file_formats.read_json_lines(f, self._schema, columns)
             if self.format == "csv":
                 return file_formats.read_csv(f, self._schema, self.header, self.delimiter)
-            return file_formats.read_parquet(f, self._schema)
+            return file_formats.read_parquet(f, self._schema, columns)
         except MalformedInputError as e:
             raise MalformedInputError(self.fail(str(e) + ". Fix or remove the file; nothing of it was processed.")) from e
 

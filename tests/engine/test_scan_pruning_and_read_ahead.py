@@ -1,0 +1,142 @@
+"""A file scan decodes only the columns the query reads, and decodes the next batches' files ahead
+of time; neither may change what a batch reads or how bad input fails it.
+
+- Pruning (plan/compiler.py prune_scans): scan -> with_watermark -> group_by(...).agg(...) reads
+  only the key, event-time and aggregated columns; other queries read every column.
+- Read-ahead (sources/prefetch.py): a result is used only for the same file, unchanged since the
+  read began; a failed read-ahead is simply read again by the batch that owns the file, which fails
+  naming file and line as without read-ahead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import increments as inc
+from increments import functions as F
+from increments.plan.compiler import Compiler
+from increments.sources.files import FileSource
+
+SCHEMA = "campaign_id STRING, user_id STRING, amount BIGINT, event_time TIMESTAMP"
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _rows(k, n=3):
+    return [{"campaign_id": f"c{i % 2}", "user_id": f"u{k}-{i}", "amount": i,
+             "event_time": f"2026-11-01T{k:02d}:{10 + i:02d}:00Z"} for i in range(n)]
+
+
+def _hourly(src):
+    return src.with_watermark("event_time", "15 minutes").group_by(F.window("event_time", "1 hour"), "campaign_id")
+
+
+def test_aggregation_scans_only_the_columns_it_reads(tmp_path):
+    src = inc.read_stream.files(str(tmp_path), "json", SCHEMA)
+    counted = Compiler("append").compile(_hourly(src).count()._node)
+    summed = Compiler("update").compile(_hourly(src).agg(F.sum("amount"))._node)
+    projected = Compiler("append").compile(src.select("user_id")._node)
+    assert counted.scan_columns == {0: ["campaign_id", "event_time"]}
+    assert summed.scan_columns == {0: ["campaign_id", "amount", "event_time"]}
+    assert projected.scan_columns == {}     # an operator that does not say what it reads gets every column
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_pruned_scan_gives_the_same_batches_and_input_counts(tmp_path, fmt):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "in"
+    d.mkdir()
+    for k in range(4):
+        rows = _rows(k)
+        if fmt == "json":
+            _write(d / f"f{k}.json", rows)
+        else:
+            t = pa.Table.from_pylist(rows)
+            t = t.set_column(3, "event_time", pa.array([int((1793491200 + k * 3600 + (10 + i) * 60) * 1e6) for i in range(3)],
+                                                       pa.timestamp("us", tz="UTC")))
+            pq.write_table(t, d / f"f{k}.parquet")
+    outs = {}
+    for prune in (True, False):
+        got, chk = {}, tmp_path / f"chk-{prune}"
+        src = inc.read_stream.files(str(d), fmt, SCHEMA, max_files_per_trigger=1)
+        q = (_hourly(src).agg(F.count(), F.sum("amount")).write_stream.output_mode("append")
+             .foreach_batch(lambda t, b, got=got: got.__setitem__(b, sorted(map(str, t.to_pylist()))))
+             .checkpoint_location(str(chk)).trigger(available_now=True))
+        if not prune:   # the same query with the scan unpruned: a select of every column after the scan
+            src2 = inc.read_stream.files(str(d), fmt, SCHEMA, max_files_per_trigger=1).select("*")
+            q = (_hourly(src2).agg(F.count(), F.sum("amount")).write_stream.output_mode("append")
+                 .foreach_batch(lambda t, b, got=got: got.__setitem__(b, sorted(map(str, t.to_pylist()))))
+                 .checkpoint_location(str(chk)).trigger(available_now=True))
+        sq = q.start()
+        sq.await_termination()
+        outs[prune] = (got, [p["num_input_rows"] for p in sq.recent_progress])
+    assert outs[True] == outs[False]
+    assert outs[True][1] == [3, 3, 3, 3, 0]
+    # W ends at 03:12 - 15 min: hours 0 and 1 are closed and emitted (x 2 campaigns), 2 and 3 stay open
+    assert sum(len(v) for v in outs[True][0].values()) == 4
+
+
+def test_pruned_json_scan_still_fails_on_invalid_json_naming_file_and_line(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    _write(d / "a.json", _rows(1))
+    (d / "b.json").write_text(json.dumps(_rows(2)[0]) + "\n" + '{"campaign_id": "c1", "user_id": \n')
+    q = (_hourly(inc.read_stream.files(str(d), "json", SCHEMA, max_files_per_trigger=1)).count().write_stream
+         .foreach_batch(lambda t, b: None).checkpoint_location(str(tmp_path / "chk")).trigger(available_now=True).start())
+    with pytest.raises(inc.StreamingQueryException) as ei:
+        q.await_termination()
+    assert f"file {d / 'b.json'}, line 2" in str(ei.value) and "batch 1" in str(ei.value)
+
+
+def _source(tmp_path, n_files):
+    d = tmp_path / "in"
+    d.mkdir()
+    for k in range(n_files):
+        _write(d / f"f{k}.json", _rows(k))
+    src = FileSource(str(d), "json", SCHEMA, max_files_per_trigger=1)
+    src.open(str(tmp_path / "chk"), 0, "q")
+    return d, src
+
+
+def _ids(table):
+    return table.column("user_id").to_pylist()
+
+
+def test_read_ahead_result_is_dropped_when_the_file_changed(tmp_path):
+    d, src = _source(tmp_path, 3)
+    assert src.latest_offset(-1) == 0
+    assert _ids(src.read(-1, 0)) == ["u0-0", "u0-1", "u0-2"]   # starts reading f1 and f2 ahead
+    time.sleep(0.2)
+    _write(d / "f1.json", _rows(7, n=2))                          # rewritten after its read-ahead
+    assert src.latest_offset(0) == 1
+    assert _ids(src.read(0, 1)) == ["u7-0", "u7-1"]
+    assert src.latest_offset(1) == 2
+    assert _ids(src.read(1, 2)) == ["u2-0", "u2-1", "u2-2"]    # read ahead, unchanged: used
+
+
+def test_failed_read_ahead_fails_the_owning_batch_naming_file_and_line(tmp_path):
+    d, src = _source(tmp_path, 2)
+    (d / "f1.json").write_text(json.dumps(_rows(1)[0]) + "\n" + "not json\n")
+    assert src.latest_offset(-1) == 0
+    src.read(-1, 0)
+    time.sleep(0.2)
+    assert src.latest_offset(0) == 1
+    with pytest.raises(inc.errors.MalformedInputError, match=r"f1\.json, line 2"):
+        src.read(0, 1)
+
+
+def test_file_deleted_after_its_read_ahead_is_data_loss(tmp_path):
+    d, src = _source(tmp_path, 2)
+    assert src.latest_offset(-1) == 0
+    src.read(-1, 0)
+    assert src.latest_offset(0) == 1
+    time.sleep(0.2)
+    os.remove(d / "f1.json")
+    with pytest.raises(inc.errors.DataLossError, match=r"f1\.json was listed for this batch but is gone"):
+        src.read(0, 1)
