@@ -12,8 +12,12 @@ Commit of version N (each step leaves N-1 loadable, see state.base):
   2. changelog on:  write ``N.changelog`` (the batch's puts/deletes) atomically -- committed
   3. apply the overlay + meta to the working copy in one WriteBatch
   4. snapshot (changelog off: every version -- this is when N becomes committed; on: every
-     ``snapshot_interval`` versions): RocksDB checkpoint of the working copy, copied to
-     ``.tmp-*`` in the store dir, then renamed to ``N.snapshot``
+     ``snapshot_interval`` versions): RocksDB checkpoint of the working copy (local hard links,
+     taken in the commit), copied to ``.tmp-*`` in the store dir, then renamed to ``N.snapshot``.
+     With changelog checkpointing the copy runs on a background thread, as Spark's maintenance
+     task uploads snapshots: N is already committed by its changelog, a snapshot only shortens
+     replay, and a crash or failure mid-copy leaves a ``.tmp-*`` (removed by the next commit) and
+     no snapshot. The next commit, open or close of the same (operator, partition) waits for it.
   5. cleanup: delete versions not needed to load the last ``retention_versions``
 
 Loading V: if the working copy holds V with the checkpoint's token for V, reuse it (fast
@@ -22,12 +26,15 @@ replay those changelogs.  Only the overlay (one batch's changes) is held in memo
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
 from rocksdict import BlockBasedOptions, Checkpoint, Options, ReadOptions, Rdict, WriteBatch
@@ -37,6 +44,7 @@ from .base import StateMetrics, StateStore, StateStoreError, StateStoreProvider
 from .sortedkeys import SortedKeys
 
 _META_KEY = b"meta"
+log = logging.getLogger("increments.state.rocksdb")
 
 
 def _options() -> Options:
@@ -204,6 +212,8 @@ class RocksDBStateStoreProvider(StateStoreProvider):
         self._verified: dict[tuple[str, int], tuple[int, str]] = {}
         self._active: dict[tuple[str, int], RocksDBStateStore] = {}
         self._lock = threading.Lock()
+        self._uploads: dict[tuple[str, int], Future] = {}     # background snapshot copies
+        self._uploader: ThreadPoolExecutor | None = None
 
     def _dir(self, operator: str, partition: int) -> str:
         return files.store_dir(self.checkpoint_dir, operator, partition)
@@ -223,6 +233,7 @@ class RocksDBStateStoreProvider(StateStoreProvider):
             prev = self._active.pop(key, None)
         if prev is not None:
             prev.close()
+        self._await_upload(key)
         try:
             w = self._working.get(key)
             if w is None:
@@ -241,6 +252,8 @@ class RocksDBStateStoreProvider(StateStoreProvider):
 
     def _open_working(self, operator: str, partition: int) -> _Working:
         path = self._wpath(operator, partition)
+        for stale in glob.glob(glob.escape(path) + ".ckpt-*"):   # local checkpoints of a crashed upload
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             w = _Working(path)
         except Exception as e:
@@ -310,6 +323,7 @@ class RocksDBStateStoreProvider(StateStoreProvider):
     def _commit(self, store: RocksDBStateStore, version: int, keys: list[bytes], values: list,
                 rows: int) -> None:
         key = (store.operator, store.partition)
+        self._await_upload(key)
         d = self._dir(*key)
         os.makedirs(d, exist_ok=True)
         token = files.new_token()
@@ -319,9 +333,26 @@ class RocksDBStateStoreProvider(StateStoreProvider):
             files.write_rows(os.path.join(d, f"{version}.changelog"), keys, values, meta)
         self._apply_local(store._w, keys, values, meta)
         self._verified[key] = (version, token)
-        if not self.changelog_checkpointing or (version > 0 and version % self.snapshot_interval == 0):
-            self._upload_snapshot(store._w, d, version, meta)
+        if not self.changelog_checkpointing:   # the snapshot is what commits N: synchronous
+            self._upload_snapshot(self._local_checkpoint(store._w, version), d, version, meta)
+        elif version > 0 and version % self.snapshot_interval == 0:
+            local = self._local_checkpoint(store._w, version)
+            with self._lock:   # partitions commit concurrently (execution/state_manager.py)
+                if self._uploader is None:
+                    self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="increments-snapshot")
+                self._uploads[key] = self._uploader.submit(self._upload_snapshot, local, d, version, meta)
         self._cleanup(d, version)
+
+    def _await_upload(self, key: tuple[str, int]) -> None:
+        """Wait for the background snapshot copy of (operator, partition), if any. A failed copy
+        only means no snapshot for that version (it stays loadable from its changelogs)."""
+        fut = self._uploads.pop(key, None)
+        if fut is None:
+            return
+        err = fut.exception()
+        if err is not None:
+            log.warning("state snapshot of operator %r partition %d was not written (%s); the version "
+                        "stays loadable from its changelogs", key[0], key[1], err)
 
     def _prepare(self, d: str, version: int) -> None:
         files.remove_tmp(d)
@@ -337,10 +368,16 @@ class RocksDBStateStoreProvider(StateStoreProvider):
         w.write(keys, values, meta["version"], meta["token"], meta["rows"])
 
     @staticmethod
-    def _upload_snapshot(w: _Working, d: str, version: int, meta: dict) -> None:
-        local = w.path + ".ckpt"
+    def _local_checkpoint(w: _Working, version: int) -> str:
+        """A RocksDB checkpoint of the working copy as it is now (at `version`), beside it."""
+        local = f"{w.path}.ckpt-{version}"
         shutil.rmtree(local, ignore_errors=True)
         Checkpoint(w.db).create_checkpoint(local)
+        return local
+
+    @staticmethod
+    def _upload_snapshot(local: str, d: str, version: int, meta: dict) -> None:
+        """Copy a local checkpoint to ``N.snapshot`` in the store dir (atomically); remove it."""
         tmp = files.tmp_path(d, f"{version}.snapshot")
         try:
             _copy_db(local, tmp, link=False, fsync=True)
@@ -366,6 +403,11 @@ class RocksDBStateStoreProvider(StateStoreProvider):
     def close(self) -> None:
         for store in list(self._active.values()):
             store.close()
+        for key in list(self._uploads):
+            self._await_upload(key)
+        if self._uploader is not None:
+            self._uploader.shutdown(wait=True)
+            self._uploader = None
         for w in self._working.values():
             w.close()
         self._working.clear()

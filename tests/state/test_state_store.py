@@ -291,3 +291,33 @@ def test_redo_in_a_new_process_after_crash_gives_same_version(tmp_path, name, ch
         conf["local_dir"] = str(tmp_path / "fresh")
     with make_provider(name, ckpt, **conf) as p:
         assert content(p.open("op", 0, 2)) == model
+
+
+# --- RocksDB with changelog checkpointing: snapshots are copied in the background -------------
+def test_background_snapshot_lands_and_a_failed_one_leaves_versions_loadable(tmp_path, monkeypatch, caplog):
+    from state.rocksdb_provider import RocksDBStateStoreProvider
+    ckpt = str(tmp_path / "ckpt")
+    conf = {"changelog_checkpointing": True, "snapshot_interval": 2, "local_dir": str(tmp_path / "local")}
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        models = build(p, 2)                     # version 2 is a snapshot version
+    store_dir = os.path.join(ckpt, "state", "op", "0")
+    assert "2.snapshot" in os.listdir(store_dir)   # close() waited for the copy
+
+    def fail(*a, **kw):
+        raise OSError("disk full")
+    monkeypatch.setattr(RocksDBStateStoreProvider, "_upload_snapshot", staticmethod(fail))
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        s = p.open("op", 0, 2)
+        model = dict(models[2])
+        for v in (3, 4):                         # 4 is a snapshot version: its copy fails
+            apply_batch(s, v)
+            model_batch(model, v)
+            assert s.commit(v) == v
+            s = p.open("op", 0, v)
+        assert content(s) == model
+    assert "4.snapshot" not in os.listdir(store_dir)
+    assert "snapshot of operator 'op' partition 0 was not written" in caplog.text
+    monkeypatch.undo()
+    fresh = dict(conf, local_dir=str(tmp_path / "fresh"))   # rebuilt from 2.snapshot + changelogs 3, 4
+    with make_provider("rocksdb", ckpt, **fresh) as p:
+        assert content(p.open("op", 0, 4)) == model
