@@ -110,6 +110,8 @@ class StreamingQuery:
     def _run(self) -> None:
         rt = self._rt
         try:
+            for src in rt.sources:
+                src.enable_read_ahead()    # this runner runs the next batches in this process
             if self.trigger.kind == "available_now":
                 for src in rt.sources:
                     src.prepare_available_now()

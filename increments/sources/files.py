@@ -51,8 +51,8 @@ class FileSource(Source):
         self._log: SeenFilesLog | None = None
         self._target: set[str] | None = None
         self.read_metrics: dict[str, Any] = {}
-        self._upcoming: list[str] = []          # the files the next batch will likely take
-        self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES)
+        self._upcoming: list[str] = []          # the files of the next batches, in order
+        self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
 
     @property
     def description(self) -> str:
@@ -140,15 +140,19 @@ class FileSource(Source):
         self.read_metrics = {"files": len(files), "skipped_files": skipped}
         # overlap decoding the next batch's files with processing this one (sources/prefetch.py)
         upcoming = [f for f in self._upcoming if f not in files]
-        if upcoming:
+        if upcoming and self._read_ahead is not None:
             cols = columns if self.reads_columns else None
             self._read_ahead.start(upcoming, cols, lambda f: self._decode(f, cols))
         if not tables:
             return self.schema().empty_table()
         return pa.concat_tables(tables)
 
+    def enable_read_ahead(self) -> None:
+        if self._read_ahead is None:
+            self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES)
+
     def _read_one(self, f: str, columns: list[str] | None = None) -> pa.Table:
-        ahead = self._read_ahead.take(f, columns)
+        ahead = self._read_ahead.take(f, columns) if self._read_ahead is not None else None
         if ahead is not None:
             return ahead
         return self._decode(f, columns)

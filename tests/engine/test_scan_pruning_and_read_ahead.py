@@ -101,6 +101,7 @@ def _source(tmp_path, n_files):
         _write(d / f"f{k}.json", _rows(k))
     src = FileSource(str(d), "json", SCHEMA, max_files_per_trigger=1)
     src.open(str(tmp_path / "chk"), 0, "q")
+    src.enable_read_ahead()          # as the local runner does
     return d, src
 
 
