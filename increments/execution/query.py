@@ -110,8 +110,8 @@ class StreamingQuery:
     def _run(self) -> None:
         rt = self._rt
         try:
-            for src in rt.sources:
-                src.enable_read_ahead()    # this runner runs the next batches in this process
+            for i, src in enumerate(rt.sources):   # this runner runs the next batches in this process
+                src.enable_read_ahead(rt.plan.scan_columns.get(i))
             if self.trigger.kind == "available_now":
                 for src in rt.sources:
                     src.prepare_available_now()

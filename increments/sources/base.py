@@ -48,10 +48,10 @@ class Source(ABC):
     def prepare_available_now(self) -> None:
         """Fix the AvailableNow target at what is available now (default: nothing to fix)."""
 
-    def enable_read_ahead(self) -> None:
-        """The caller runs the next batches in this process (the local runner): a source may
-        prepare their data in the background (default: nothing). Runners that exit after one
-        step (Dagster ops) do not call it."""
+    def enable_read_ahead(self, columns: list[str] | None = None) -> None:
+        """The caller runs the next batches in this process (the local runner), reading `columns`
+        (None: all): a source may prepare their data in the background (default: nothing).
+        Runners that exit after one step (Dagster ops) do not call it."""
 
     def available_now_target(self) -> Any:
         return None

@@ -53,6 +53,7 @@ class FileSource(Source):
         self.read_metrics: dict[str, Any] = {}
         self._upcoming: list[str] = []          # the files of the next batches, in order
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
+        self._ahead_columns: list[str] | None = None
 
     @property
     def description(self) -> str:
@@ -100,6 +101,7 @@ class FileSource(Source):
         if not new:
             return start
         self._log.write(start + 1, new)
+        self._start_read_ahead(new + self._upcoming)   # this batch's files first
         return start + 1
 
     def prepare_available_now(self) -> None:
@@ -138,18 +140,23 @@ class FileSource(Source):
                 continue
             tables.append(self._read_one(f, columns if self.reads_columns else None))
         self.read_metrics = {"files": len(files), "skipped_files": skipped}
-        # overlap decoding the next batch's files with processing this one (sources/prefetch.py)
-        upcoming = [f for f in self._upcoming if f not in files]
-        if upcoming and self._read_ahead is not None:
-            cols = columns if self.reads_columns else None
-            self._read_ahead.start(upcoming, cols, lambda f: self._decode(f, cols))
+        # overlap decoding the next batches' files with processing this one (sources/prefetch.py)
+        self._start_read_ahead([f for f in self._upcoming if f not in files])
         if not tables:
             return self.schema().empty_table()
         return pa.concat_tables(tables)
 
-    def enable_read_ahead(self) -> None:
+    def enable_read_ahead(self, columns: list[str] | None = None) -> None:
+        """Decode planned and upcoming files in the background, for a query that reads `columns`
+        (None: all) -- the same columns its read step will ask for, or the read-ahead is unused."""
         if self._read_ahead is None:
             self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES)
+        self._ahead_columns = columns if self.reads_columns else None
+
+    def _start_read_ahead(self, paths: list[str]) -> None:
+        if self._read_ahead is not None and paths:
+            cols = self._ahead_columns
+            self._read_ahead.start(paths, cols, lambda f: self._decode(f, cols))
 
     def _read_one(self, f: str, columns: list[str] | None = None) -> pa.Table:
         ahead = self._read_ahead.take(f, columns) if self._read_ahead is not None else None
