@@ -20,10 +20,11 @@ Stage = Callable[[str], str]  # relation SQL text -> SQL text
 class ScanOp(PhysicalOp):
     """The rows a streaming source produced for this batch (staged by the read step)."""
 
-    def __init__(self, source_index: int, schema: pa.Schema, description: str):
+    def __init__(self, source_index: int, schema: pa.Schema, description: str, source: Any = None):
         super().__init__([], schema)
         self.source_index = source_index
         self.description = description
+        self.source = source   # the Source object (an operator right above may tell it what it reads)
 
     def execute(self, ctx: BatchContext) -> pa.Table:
         return ctx.inputs[self.source_index]
@@ -118,6 +119,27 @@ def _binary_as_text(con, values: pa.Array) -> pa.Array:
         return run_sql(sql, {"__bin": pa.table({"v": values.cast(pa.binary())})}, con).column("v").combine_chunks()
 
 
+def _one_object_per_value(texts) -> bool:
+    """Is every value non-null, starting with '{' and ending with '}' (nothing around them)?
+
+    Then, in the values joined by newlines, no JSON value can span two of them: a string cannot
+    hold the raw newline (the parser rejects control characters in strings), and between tokens a
+    '}' that ends a value followed by the '{' that starts the next value is valid only at the top
+    level. So every value yields at least one parsed row, and n rows for n values means exactly one
+    each, in order. (Without it, a blank value beside a value holding two objects adds up too.)"""
+    import numpy as np
+    n = len(texts)
+    large = pa.types.is_large_string(texts.type)
+    if not (large or pa.types.is_string(texts.type)) or n == 0 or texts.null_count or texts.buffers()[2] is None:
+        return False
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64 if large else np.int32, count=n + 1,
+                            offset=texts.offset * (8 if large else 4))
+    data = np.frombuffer(texts.buffers()[2], dtype=np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    return (bool(((ends - starts) >= 2).all()) and bool((data[starts] == 0x7B).all())
+            and bool((data[ends - 1] == 0x7D).all()))
+
+
 class ParseJsonOp(PhysicalOp):
     """parse_json: json_transform in DuckDB over the whole column; bad rows fail the batch (or go to
     the dead-letter table), named by topic/partition/offset when the input carries them."""
@@ -126,16 +148,28 @@ class ParseJsonOp(PhysicalOp):
                  out_schema: pa.Schema):
         super().__init__([child], out_schema)
         self.json_schema, self.column, self.keep, self.dead_letter = schema, column, keep, dead_letter
+        self._arrow_json = schema.to_arrow()
+        # right on a Kafka scan's value column: the source parses the values while it consumes the
+        # next ones (sources/kafka.py, take_parsed); checked here like the fast path's own parse
+        self._kafka = None
+        if column == "value" and isinstance(child, ScanOp) and hasattr(child.source, "parse_values_as"):
+            self._kafka = child.source
+            self._kafka.parse_values_as(self._arrow_json)
 
     def execute(self, ctx: BatchContext) -> pa.Table:
         from ..sources.file_formats import first_bad_json_row
         table = self.children[0].execute(ctx)
+        pre = self._kafka.take_parsed(table, self._arrow_json) if self._kafka is not None else None
+        if pre is not None:
+            fast = self._parsed_while_reading(table, pre)
+            if fast is not None:
+                return fast
         con = duckdb_connection()
         texts = table.column(self.column)
         texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
         if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
             texts = _binary_as_text(con, texts)
-        fast = self._arrow_fast_path(table, texts)
+        fast = self._arrow_fast_path(table, texts) if pre is None else None   # pre failed: so would this
         if fast is not None:
             return fast
         if table.num_rows == 0 or self._all_objects(con, texts):  # fast path: one validity pass + the transform
@@ -156,29 +190,49 @@ class ParseJsonOp(PhysicalOp):
         parsed = self._transform(con, table, texts)
         return parsed
 
+    def _parsed_while_reading(self, table: pa.Table, pre: list) -> pa.Table | None:
+        """The Kafka source's parse of this very table, done piece by piece while it was read (a list
+        of (values, parsed piece or None)), when it provably holds exactly one row per value: every
+        piece parsed into as many rows as it had values, and every value is valid UTF-8 and one
+        object (_one_object_per_value). Else None: the exact path decides."""
+        column = table.column(self.column)
+        chunks = [c for c in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]) if len(c)]
+        n = sum(len(c) for c in chunks)
+        if not n or sum(k for k, _ in pre) != n or any(t is None or t.num_rows != k for k, t in pre):
+            return None
+        try:   # per chunk: no copy of the whole column; invalid UTF-8 raises (pyarrow's parser does not check)
+            texts = [c.cast(pa.string()) if pa.types.is_binary(c.type) else c for c in chunks]
+        except pa.ArrowInvalid:
+            return None
+        if not all(_one_object_per_value(t) for t in texts):
+            return None
+        return self._with_kept(table, pa.concat_tables([t for _, t in pre]))
+
     def _arrow_fast_path(self, table: pa.Table, texts) -> pa.Table | None:
         """Parse the whole column as one JSON-lines buffer with pyarrow's multithreaded reader.
 
-        Only taken when it provably parsed every value into exactly one row; anything unusual (a
-        null or blank value, a value spanning lines, a wrong type, invalid JSON) returns None and
-        the DuckDB path, which can name the bad row, decides."""
+        Only taken when it provably parsed every value into exactly one row (_one_object_per_value
+        and the row count); anything unusual (a null or blank value, a value spanning lines, a
+        wrong type, invalid JSON) returns None and the DuckDB path, which can name the bad row,
+        decides."""
         import pyarrow.json as pajson
         n = len(texts)
-        if n == 0 or texts.null_count:
+        if not _one_object_per_value(texts):
             return None
-        joined = pc.binary_join_element_wise(texts, pa.scalar("\n"), pa.scalar(""))
-        import numpy as np
-        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=n + 1, offset=joined.offset * 4)
-        start, end = int(offsets[0]), int(offsets[n])
-        buf = joined.buffers()[2][start:end]
+        if int(pc.sum(pc.binary_length(texts)).as_py() or 0) + n >= (1 << 31) - 1:
+            texts = texts.cast(pa.large_string())
+        buf = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), texts), "\n")[0].as_buffer()
         try:
-            opts = pajson.ParseOptions(explicit_schema=self.json_schema.to_arrow(), unexpected_field_behavior="ignore")
+            opts = pajson.ParseOptions(explicit_schema=self._arrow_json, unexpected_field_behavior="ignore")
             parsed = pajson.read_json(pa.BufferReader(buf), parse_options=opts,
-                                      read_options=pajson.ReadOptions(block_size=max(1 << 20, min(end - start + 1, 64 << 20))))
+                                      read_options=pajson.ReadOptions(block_size=max(1 << 20, min(buf.size + 1, 64 << 20))))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
         if parsed.num_rows != n:
             return None
+        return self._with_kept(table, parsed)
+
+    def _with_kept(self, table: pa.Table, parsed: pa.Table) -> pa.Table:
         cols = {f.name: parsed.column(f.name) for f in self.json_schema.fields}
         cols.update({k: table.column(k) for k in self.keep})
         return pa.table(cols).cast(self.schema)

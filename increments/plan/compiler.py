@@ -96,7 +96,7 @@ class Compiler:
         if isinstance(node, n.SourceNode):
             idx = len(self.sources)
             self.sources.append(node.source)
-            return ScanOp(idx, node.source.schema(), node.source.description)
+            return ScanOp(idx, node.source.schema(), node.source.description, node.source)
         if isinstance(node, n.StaticNode):
             return StaticScanOp(node.loader, node.loader.schema())
         if isinstance(node, (n.Select, n.Filter, n.WithColumn, n.Sort, n.Limit)):

@@ -21,9 +21,16 @@ Contracts:
 - Replay: read(start, end) with the same offsets returns the same rows as long as the broker still
   holds them (otherwise the data-loss rule applies).
 - Broker round trips: the end of a partition is probed with one fetch from the logical end (the
-  plan's latest_offset, prepare_available_now, backlog; initial_offset only for "latest"). read()
+  plan's latest_offset, prepare_available_now, backlog; initial_offset only for "latest"; under
+  AvailableNow latest_offset uses the ends prepare_available_now probed, as Spark does). read()
   does not probe: loss is detected while consuming (end-of-partition before the range's end; out of
   range, or no answer within 1 s, at its start -> probe that partition, then the rule above).
+- parse_json right on the value column (ParseJsonOp calls `parse_values_as`): while a batch is
+  read, the values are also parsed as JSON lines on a worker thread, in pieces of about 2 MiB, as
+  the next messages are consumed; the result is only handed to ParseJsonOp (`take_parsed`) for the
+  very table read() returned, which checks it and otherwise takes its own exact path. The table
+  read() returns is the same with or without it. Only in the local runner (enable_read_ahead): a
+  Dagster read op stages the raw rows for another process, which parses them itself.
 """
 from __future__ import annotations
 
@@ -48,7 +55,8 @@ SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.s
                     ("timestamp", pa.timestamp("us", tz="UTC"))])
 _EARLIEST, _LATEST = -2, -1
 _second = operator.itemgetter(1)
-_CHUNK = 100_000   # messages per consume() call
+_CHUNK = 500       # messages per consume() call at most (see _consume_step)
+_PARSE_BYTES = 2 << 20   # values handed to the parse thread in pieces of about this size
 _STALL_S = 1.0     # no answer at all this long after assign -> probe the partition's (low, high)
 
 
@@ -60,6 +68,44 @@ class _LazyMessage:
 
 
 _M = _LazyMessage()
+def _parse_lines(values: list, options: Any) -> pa.Table | None:
+    """One piece of values joined with newlines, parsed by pyarrow's JSON reader (worker thread; the
+    reader releases the GIL). None when anything fails (a null value, invalid JSON, a wrong type):
+    ParseJsonOp then takes its exact path, which names the bad row."""
+    import pyarrow.json as pajson
+    try:
+        buf = b"\n".join(values)
+        return pajson.read_json(pa.BufferReader(buf), parse_options=options, read_options=pajson.ReadOptions(
+            use_threads=False, block_size=max(1 << 20, min(len(buf) + 1, 64 << 20))))
+    except Exception:  # noqa: BLE001 - any failure means "no pre-parse"; the exact path decides
+        return None
+
+
+def _consume_step() -> int:
+    """Messages per consume(): fewer than the cyclic GC's first threshold (700 allocations by default).
+    Message objects are tracked by the GC; with tens of thousands alive at once (one large consume()
+    chunk) every collection traverses them again and promotes them, and the full collections that
+    follow traverse the whole heap: measured a third of the read time at 20k messages per call, and
+    no collection at all when each small chunk is dropped before the next call."""
+    import gc
+    first = gc.get_threshold()[0]
+    return _CHUNK if first <= 0 else min(_CHUNK, max(50, first - 200))
+
+
+def _result(future: Any) -> pa.Table | None:
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - cancelled by close(), say: no pre-parse
+        return None
+
+
+class _Parsed:
+    """The pre-parse of one read(): the table it returned (matched by identity) and (messages,
+    future of the parsed piece) per piece, in the order of the table's rows."""
+    __slots__ = ("table", "schema", "pieces")
+
+    def __init__(self, table: pa.Table, schema: pa.Schema, pieces: list):
+        self.table, self.schema, self.pieces = table, schema, pieces
 
 
 class KafkaSource(Source):
@@ -90,6 +136,11 @@ class KafkaSource(Source):
         self.read_metrics: dict[str, Any] = {}
         self._consumer = None
         self._target: dict | None = None
+        self._parse_schema: pa.Schema | None = None   # set by parse_json on the value column
+        self._parse_options: Any = None
+        self._parse_while_reading = False         # enable_read_ahead: the local runner only
+        self._parsed: _Parsed | None = None       # the last read's pre-parse, until take_parsed
+        self._pool: Any = None
 
     # -- description / schema -------------------------------------------------------------------
     @property
@@ -98,6 +149,29 @@ class KafkaSource(Source):
 
     def schema(self) -> pa.Schema:
         return SCHEMA
+
+    # -- parse_json on the value column (an overlap only; read() returns the same table) ---------
+    def parse_values_as(self, json_schema: pa.Schema) -> None:
+        """parse_json(json_schema) reads this source's value column: from now on read() also parses
+        the values on a worker thread while it consumes the next ones (see take_parsed)."""
+        import pyarrow.json as pajson
+        self._parse_schema = json_schema
+        self._parse_options = pajson.ParseOptions(explicit_schema=json_schema, unexpected_field_behavior="ignore")
+
+    def enable_read_ahead(self, columns: list[str] | None = None) -> None:
+        """The local runner processes the rows it reads in this process: parse while reading pays
+        off. (A Dagster read op stages the raw rows for another process: it never calls this.)"""
+        self._parse_while_reading = True
+
+    def take_parsed(self, table: pa.Table, json_schema: pa.Schema) -> list[tuple[int, pa.Table | None]] | None:
+        """The pre-parse of `table` (the very object the last read() returned) as a list of
+        (messages, parsed piece or None when that piece failed), in row order; None if there is
+        none for it. Handed over once. The caller checks it (one row per message) before using it."""
+        p = self._parsed
+        if p is None or p.table is not table or not p.schema.equals(json_schema):
+            return None
+        self._parsed = None
+        return [(n, _result(f)) for n, f in p.pieces]
 
     # -- client ---------------------------------------------------------------------------------
     def _client(self):
@@ -112,6 +186,10 @@ class KafkaSource(Source):
         return self._consumer
 
     def close(self) -> None:
+        self._parsed = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
@@ -192,8 +270,14 @@ class KafkaSource(Source):
     def latest_offset(self, start: Any, limited: bool = True) -> dict:
         """Every partition's high watermark (new partitions from 0), cut by max_offsets_per_trigger
         and the AvailableNow target. A partition whose end went below `start` (topic recreated) is
-        data loss: fail, or (fail_on_data_loss=False) move its offset back to the new end."""
-        wms = self._watermarks(self._partitions(), low=False)
+        data loss: fail, or (fail_on_data_loss=False) move its offset back to the new end.
+
+        Under AvailableNow the ends probed when the target was fixed are used, without asking the
+        broker again (as Spark does): a range lost since then is found by read()."""
+        if self._target is not None:
+            wms = {(t, int(p)): (0, hi) for t, ps in self._target.items() for p, hi in ps.items()}
+        else:
+            wms = self._watermarks(self._partitions(), low=False)
         end = {t: dict(v) for t, v in start.items()}
         for (t, p), (lo, hi) in wms.items():
             s = start.get(t, {}).get(str(p), 0)
@@ -261,6 +345,8 @@ class KafkaSource(Source):
         probed and the lost part handled (`_loss`); a range that runs past the end meets the
         end-of-partition event before its end (data loss for the rest, see `_read_partition`)."""
         self.read_metrics = {"offsets_skipped": 0}
+        self._parsed = None
+        parse = self._parse_options is not None and self._parse_while_reading
         ranges = []
         for t, ps in end.items():
             for p, e in ps.items():
@@ -270,9 +356,12 @@ class KafkaSource(Source):
                 elif e > s:
                     ranges.append((t, int(p), s, e))
         # one partition at a time: measured faster on Tansu than overlapping fetches of all of them
-        tables = [self._read_partition(t, p, s, e) for t, p, s, e in sorted(ranges)]
-        tables = [x for x in tables if x.num_rows]
-        return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        read = [self._read_partition(t, p, s, e, parse) for t, p, s, e in sorted(ranges)]
+        tables = [x for x, _ in read if x.num_rows]
+        out = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        if parse and out.num_rows and all(pieces is not None for _, pieces in read):
+            self._parsed = _Parsed(out, self._parse_schema, [x for _, pieces in read for x in pieces])
+        return out
 
     def _clamp(self, t: str, p: int, s: int, e: int) -> tuple[int, int]:
         """Probe (low, high) and apply the data-loss rule to [s, e): the part the broker still holds."""
@@ -285,28 +374,38 @@ class KafkaSource(Source):
             e = max(s, hi)
         return s, e
 
-    def _read_partition(self, t: str, p: int, s: int, e: int) -> pa.Table:
-        """[s, e) of one partition, ordered by offset. Out of range at the start -> probe, apply the
-        data-loss rule, read what is left (once), without the stall probe."""
+    def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False) -> tuple[pa.Table, list | None]:
+        """[s, e) of one partition, ordered by offset, and its pre-parse pieces (see _consume_range).
+        Out of range at the start -> probe, apply the data-loss rule, read what is left (once),
+        without the stall probe."""
         try:
-            return self._consume_range(t, p, s, e)
+            return self._consume_range(t, p, s, e, parse=parse)
         except _OutOfRange:
             s, e = self._clamp(t, p, s, e)
             if s >= e:
-                return SCHEMA.empty_table()
+                return SCHEMA.empty_table(), []
             try:
-                return self._consume_range(t, p, s, e, probe_stall=False)
+                return self._consume_range(t, p, s, e, probe_stall=False, parse=parse)
             except _OutOfRange as x:
                 raise DataLossError(self.fail(f"topic {t!r}, partition {p}: offsets [{s}, {e}) are out of range "
                                               f"on the broker ({x}) although it reported them available; retry "
                                               "the query (the topic may be changing under it)")) from None
 
-    def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True) -> pa.Table:
-        """Consume [s, e) of (t, p) in large chunks; columns by map() over each chunk (topic and
-        partition are constants here, not read per message). Nothing at all within _STALL_S of
-        the start (a start past the end gets no answer from Tansu) raises _OutOfRange when probe_stall."""
+    def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True,
+                       parse: bool = False) -> tuple[pa.Table, list | None]:
+        """Consume [s, e) of (t, p) in small chunks (_consume_step), each dropped before the next
+        consume(); columns by map() over each chunk (topic and partition are constants here, not read
+        per message). Nothing at all within _STALL_S of the start (a start past the end gets no answer
+        from Tansu) raises _OutOfRange when probe_stall.
+
+        With `parse`, the values also go to the worker thread (_parse_lines) about every _PARSE_BYTES
+        while the next ones are consumed; returns [(messages, future)] in row order, or None when a
+        value is null or the rows had to be reordered or cut (nothing to pre-parse or line up)."""
         from confluent_kafka import TopicPartition
         c = self._client()
+        step = _consume_step()
+        pieces: list | None = [] if parse else None
+        handed, pending = 0, 0        # values[:handed] went to the parse; bytes in values[handed:]
         keys: list = []
         values: list = []
         offsets: list = []
@@ -317,7 +416,7 @@ class KafkaSource(Source):
         stall_at = time.time() + _STALL_S
         try:
             while last < e - 1:
-                msgs = c.consume(num_messages=max(1, min(_CHUNK, e - 1 - last)), timeout=0.1)
+                msgs = c.consume(num_messages=max(1, min(step, e - 1 - last)), timeout=0.1)
                 if not msgs:
                     if probe_stall and last < s and time.time() > stall_at:
                         raise _OutOfRange(f"nothing at offset {s} after {_STALL_S:.0f} s")   # past the end?
@@ -332,24 +431,53 @@ class KafkaSource(Source):
                     msgs = [m for m in msgs if m.error() is None]
                 if msgs:
                     offs = list(map(_M.offset, msgs))
+                    vals = list(map(_M.value, msgs))
                     keys += map(_M.key, msgs)
-                    values += map(_M.value, msgs)
+                    values += vals
                     stamps += map(_second, map(_M.timestamp, msgs))
                     offsets += offs
                     last = max(last, offs[-1])
+                    if pieces is not None:
+                        try:
+                            pending += sum(map(len, vals))
+                        except TypeError:   # a null value (tombstone): parse_json's exact path decides
+                            pieces = None
+                        else:
+                            if pending >= _PARSE_BYTES:
+                                pieces.append(self._hand_to_parse(values, handed))
+                                handed, pending = len(values), 0
+                del msgs   # before the next consume(): see _consume_step
                 if ended:
                     break
         finally:
             c.unassign()
-        return self._build(t, p, s, e, keys, values, offsets, stamps)
+        if pieces is not None and handed < len(values):
+            pieces.append(self._hand_to_parse(values, handed))
+        table, in_order = self._build(t, p, s, e, keys, values, offsets, stamps)
+        return table, (pieces if in_order else None)
+
+    def _hand_to_parse(self, values: list, start: int) -> tuple[int, Any]:
+        part = values[start:]
+        return len(part), self._parse_pool().submit(_parse_lines, part, self._parse_options)
+
+    def _parse_pool(self):
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="increments-kafka-parse")
+        return self._pool
 
     @staticmethod
-    def _build(t: str, p: int, s: int, e: int, keys: list, values: list, offsets: list, stamps: list) -> pa.Table:
+    def _build(t: str, p: int, s: int, e: int, keys: list, values: list, offsets: list,
+               stamps: list) -> tuple[pa.Table, bool]:
+        """The partition's table, and whether the messages came in order and inside [s, e) (else
+        they were sorted and cut here)."""
         n = len(offsets)
         off = np.asarray(offsets, np.int64)
         kv = [pa.array(keys, pa.binary()), pa.array(values, pa.binary())]
         ts = np.asarray(stamps, np.int64)
+        in_order = True
         if n and (off[0] < s or off[-1] >= e or (n > 1 and not bool(np.all(off[1:] > off[:-1])))):
+            in_order = False
             order = np.argsort(off, kind="stable")
             order = order[(off[order] >= s) & (off[order] < e)]
             take = pa.array(order)
@@ -359,7 +487,7 @@ class KafkaSource(Source):
         return pa.table(kv + [pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
                                                              pa.array([t], pa.string())).cast(pa.string()),
                               pa.array(np.full(n, p, np.int32)), pa.array(off),
-                              pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC"))], schema=SCHEMA)
+                              pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC"))], schema=SCHEMA), in_order
 
     def _check_errors(self, msgs: list, t: str, p: int, e: int, last: int) -> bool:
         """Raise on real errors; True when the partition ended before `e` (a data loss that

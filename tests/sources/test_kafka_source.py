@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -155,4 +156,101 @@ def test_backlog_reports_the_offsets_beyond_an_end(kafka_broker):
     assert src.backlog({topic: {"0": 0, "1": 0}})["offsets_pending"] == 10
     assert src.backlog({topic: {"0": 6, "1": 1}}) == {"offsets_pending": 3,
                                                       "per_partition": {f"{topic}/0": 0, f"{topic}/1": 3}}
+    src.close()
+
+
+# -- parse_json right on the source: parsed piece by piece while reading (sources/kafka.py) ----------
+
+PJ_SCHEMA = "id BIGINT, name STRING, amount DOUBLE, ok BOOLEAN, at TIMESTAMP"
+
+
+def _spy_take(monkeypatch):
+    """Record, per take_parsed call, whether a complete pre-parse was handed over."""
+    from increments.sources.kafka import KafkaSource
+    taken, take = [], KafkaSource.take_parsed
+
+    def spy(self, table, schema):
+        out = take(self, table, schema)
+        taken.append(out is not None and all(t is not None and t.num_rows == n for n, t in out))
+        return out
+    monkeypatch.setattr(KafkaSource, "take_parsed", spy)
+    return taken
+
+
+def test_parse_json_while_reading_gives_the_exact_paths_rows(kafka_broker, tmp_path, monkeypatch):
+    import increments.sources.kafka as kafka_mod
+    from increments.operators.stateless import ParseJsonOp
+    topic = create_topic(kafka_broker, partitions=2)
+    rows = [{"id": i, "name": f"n{i}" if i % 7 else None, "amount": i / 4, "ok": i % 2 == 0,
+             "at": f"2024-01-01T00:00:{i % 60:02d}Z", "extra": [i]} for i in range(120)]
+    produce(kafka_broker, topic, [json.dumps(r) for r in rows])
+    monkeypatch.setattr(kafka_mod, "_CHUNK", 7)          # many consume() calls per partition and batch
+    monkeypatch.setattr(kafka_mod, "_PARSE_BYTES", 1000)  # and pieces parsed while reading
+    taken = _spy_take(monkeypatch)
+
+    def run(name):
+        got, fn = _collect()
+        _run(inc.read_stream.kafka(kafka_broker, topic=topic, max_offsets_per_trigger=50)
+             .parse_json(PJ_SCHEMA, keep=["partition", "offset"]), tmp_path / name, fn)
+        return pa.concat_tables(got[b] for b in sorted(got))
+    pieces, hand = [], kafka_mod.KafkaSource._hand_to_parse
+
+    def spy_hand(self, values, start):
+        pieces.append(len(values) - start)
+        return hand(self, values, start)
+    monkeypatch.setattr(kafka_mod.KafkaSource, "_hand_to_parse", spy_hand)
+    fast = run("fast")
+    assert taken and all(taken)                      # every batch used the parse done while reading
+    assert len(pieces) >= 6 and sum(pieces) == 120   # several pieces per batch
+    monkeypatch.setattr(ParseJsonOp, "_parsed_while_reading", lambda self, *a: None)
+    monkeypatch.setattr(ParseJsonOp, "_arrow_fast_path", lambda self, *a: None)
+    exact = run("exact")                             # DuckDB's json_transform, row by row
+    assert fast.schema == exact.schema and fast.num_rows == 120
+    assert fast.to_pylist() == exact.to_pylist()
+    assert sorted(fast.column("id").to_pylist()) == list(range(120))
+
+
+def test_parse_json_while_reading_falls_back_on_unusual_values(kafka_broker, tmp_path, monkeypatch):
+    """Null, blank, padded and multi-line values are not one object per line: the exact path decides."""
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [None, "", '  {"id": 7} ', '{"id":\n8}', '{"id": 9}'])
+    taken = _spy_take(monkeypatch)
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT", keep=["offset"]),
+         tmp_path / "chk", fn)
+    assert got[0].column("id").to_pylist() == [None, None, 7, 8, 9]
+    assert got[0].column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert taken == [False]
+
+
+def test_parse_json_counts_rows_per_value_not_per_batch(kafka_broker, tmp_path):
+    """Two objects in one value beside a blank one add up to one row per value in a JSON-lines read;
+    the value is still invalid JSON: the batch fails naming it (it is not split over two rows)."""
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, ['{"id": 1}{"id": 2}', "", '{"id": 3}'])
+    got, fn = _collect()
+    with pytest.raises(inc.StreamingQueryException, match=rf"topic {topic}, partition 0, offset 0"):
+        _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk", fn)
+    assert got == {}
+
+
+def test_parse_while_reading_only_in_the_local_runner(kafka_broker):
+    """A Dagster read op stages the raw rows for another process and never enables it; the local
+    runner does (enable_read_ahead). The parse is handed over once; a replay reads the same rows."""
+    from increments.sources.kafka import KafkaSource
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(10)])
+    src = KafkaSource(kafka_broker, topic=topic)
+    schema = pa.schema([("id", pa.int64())])
+    src.parse_values_as(schema)
+    t = src.read({topic: {"0": 0}}, {topic: {"0": 5}})
+    assert src.take_parsed(t, schema) is None                     # not enabled: nothing parsed ahead
+    src.enable_read_ahead()
+    t = src.read({topic: {"0": 0}}, {topic: {"0": 5}})
+    parsed = src.take_parsed(t, schema)
+    assert [n for n, _ in parsed] == [5] and parsed[0][1].column("id").to_pylist() == [0, 1, 2, 3, 4]
+    assert src.take_parsed(t, schema) is None                     # handed over once
+    again = src.read({topic: {"0": 0}}, {topic: {"0": 5}})           # replay: the same rows
+    assert again.equals(t)
+    assert src.take_parsed(t, schema) is None                     # only for the last read's table
     src.close()
