@@ -45,7 +45,8 @@ def raw_consume(bootstrap: str, topic: str, partitions: int, rows: int, fetch_wa
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                  "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": fetch_wait_ms})
+                  "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": fetch_wait_ms,
+                  "fetch.queue.backoff.ms": 5})   # as the source: librdkafka's 1 s default stalls reads at random
     t0 = time.perf_counter()
     n = 0
     for p in range(partitions):

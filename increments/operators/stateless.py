@@ -156,6 +156,12 @@ class ParseJsonOp(PhysicalOp):
             self._kafka = child.source
             self._kafka.parse_values_as(self._arrow_json)
 
+    def columns_read(self, needed: set[str] | None) -> set[str]:
+        """The text column, the kept ones, what names a bad row (topic, partition, offset) and,
+        with a dead-letter target, what it records (timestamp)."""
+        cols = {self.column, *self.keep, "topic", "partition", "offset"}
+        return cols | ({"timestamp"} if self.dead_letter is not None else set())
+
     def execute(self, ctx: BatchContext) -> pa.Table:
         from ..sources.file_formats import first_bad_json_row
         table = self.children[0].execute(ctx)

@@ -141,6 +141,7 @@ class KafkaSource(Source):
         self._parse_while_reading = False         # enable_read_ahead: the local runner only
         self._parsed: _Parsed | None = None       # the last read's pre-parse, until take_parsed
         self._pool: Any = None
+        self._read_key = self._read_timestamp = True
 
     # -- description / schema -------------------------------------------------------------------
     @property
@@ -180,7 +181,11 @@ class KafkaSource(Source):
             conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
                     "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
                     "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5}
+                    "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5,
+                    # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) once its
+                    # local queue holds queued.min.messages; a reader draining a range then sits idle
+                    # for up to a second (measured: 5x slower reads, at random)
+                    "fetch.queue.backoff.ms": 5}
             conf.update(self.client_config)
             self._consumer = Consumer(conf)
         return self._consumer
@@ -337,14 +342,20 @@ class KafkaSource(Source):
         return hi - lo
 
     # -- reading --------------------------------------------------------------------------------
-    def read(self, start: Any, end: Any) -> pa.Table:
+    #: read(columns=...) skips the key and timestamp of every message when the query reads neither
+    reads_columns = True
+
+    def read(self, start: Any, end: Any, columns: list[str] | None = None) -> pa.Table:
         """Records with start <= offset < end per partition, partition by partition (see module doc).
+        With `columns`, a key or timestamp column not in it is null (not read per message).
 
         No watermark probe on the common path: a range that begins below the low watermark (or past
         the end) makes the broker answer out-of-range, and only then are that partition's (low, high)
         probed and the lost part handled (`_loss`); a range that runs past the end meets the
         end-of-partition event before its end (data loss for the rest, see `_read_partition`)."""
         self.read_metrics = {"offsets_skipped": 0}
+        self._read_key = columns is None or "key" in columns
+        self._read_timestamp = columns is None or "timestamp" in columns
         self._parsed = None
         parse = self._parse_options is not None and self._parse_while_reading
         ranges = []
@@ -406,10 +417,10 @@ class KafkaSource(Source):
         step = _consume_step()
         pieces: list | None = [] if parse else None
         handed, pending = 0, 0        # values[:handed] went to the parse; bytes in values[handed:]
-        keys: list = []
+        keys: list | None = [] if self._read_key else None           # None: not read (see read)
         values: list = []
         offsets: list = []
-        stamps: list = []
+        stamps: list | None = [] if self._read_timestamp else None
         last = s - 1
         c.assign([TopicPartition(t, p, s)])
         deadline = time.time() + self.fetch_timeout_s
@@ -432,9 +443,11 @@ class KafkaSource(Source):
                 if msgs:
                     offs = list(map(_M.offset, msgs))
                     vals = list(map(_M.value, msgs))
-                    keys += map(_M.key, msgs)
+                    if keys is not None:
+                        keys += map(_M.key, msgs)
                     values += vals
-                    stamps += map(_second, map(_M.timestamp, msgs))
+                    if stamps is not None:   # timestamp() costs ~4x value(): only when read
+                        stamps += map(_second, map(_M.timestamp, msgs))
                     offsets += offs
                     last = max(last, offs[-1])
                     if pieces is not None:
@@ -467,27 +480,32 @@ class KafkaSource(Source):
         return self._pool
 
     @staticmethod
-    def _build(t: str, p: int, s: int, e: int, keys: list, values: list, offsets: list,
-               stamps: list) -> tuple[pa.Table, bool]:
+    def _build(t: str, p: int, s: int, e: int, keys: list | None, values: list, offsets: list,
+               stamps: list | None) -> tuple[pa.Table, bool]:
         """The partition's table, and whether the messages came in order and inside [s, e) (else
-        they were sorted and cut here)."""
+        they were sorted and cut here). keys/stamps None: not read (the column is null)."""
         n = len(offsets)
         off = np.asarray(offsets, np.int64)
-        kv = [pa.array(keys, pa.binary()), pa.array(values, pa.binary())]
-        ts = np.asarray(stamps, np.int64)
+        key = pa.array(keys, pa.binary()) if keys is not None else None
+        value = pa.array(values, pa.binary())
+        ts = np.asarray(stamps, np.int64) if stamps is not None else None
         in_order = True
         if n and (off[0] < s or off[-1] >= e or (n > 1 and not bool(np.all(off[1:] > off[:-1])))):
             in_order = False
             order = np.argsort(off, kind="stable")
             order = order[(off[order] >= s) & (off[order] < e)]
             take = pa.array(order)
-            kv = [a.take(take) for a in kv]
-            off, ts = off[order], ts[order]
+            key = key.take(take) if key is not None else None
+            value = value.take(take)
+            off = off[order]
+            ts = ts[order] if ts is not None else None
             n = len(off)
-        return pa.table(kv + [pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
-                                                             pa.array([t], pa.string())).cast(pa.string()),
-                              pa.array(np.full(n, p, np.int32)), pa.array(off),
-                              pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC"))], schema=SCHEMA), in_order
+        stamp = (pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")) if ts is not None
+                 else pa.nulls(n, pa.timestamp("us", tz="UTC")))
+        return pa.table([key if key is not None else pa.nulls(n, pa.binary()), value,
+                         pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                                        pa.array([t], pa.string())).cast(pa.string()),
+                         pa.array(np.full(n, p, np.int32)), pa.array(off), stamp], schema=SCHEMA), in_order
 
     def _check_errors(self, msgs: list, t: str, p: int, e: int, last: int) -> bool:
         """Raise on real errors; True when the partition ended before `e` (a data loss that

@@ -254,3 +254,23 @@ def test_parse_while_reading_only_in_the_local_runner(kafka_broker):
     assert again.equals(t)
     assert src.take_parsed(t, schema) is None                     # only for the last read's table
     src.close()
+
+
+# -- a parse_json query reads neither the key nor the timestamp of each message unless it keeps them --
+def test_parse_json_scan_skips_key_and_timestamp_unless_kept(kafka_broker, tmp_path):
+    from increments.plan.compiler import Compiler
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(4)], keys=[f"k{i}".encode() for i in range(4)])
+    src = inc.read_stream.kafka(kafka_broker, topic=topic)
+    plain = Compiler().compile(src.parse_json("id BIGINT")._node)
+    kept = Compiler().compile(src.parse_json("id BIGINT", keep=["key", "timestamp"])._node)
+    assert sorted(plain.scan_columns[0]) == ["offset", "partition", "topic", "value"]
+    assert kept.scan_columns == {}
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT", keep=["key", "timestamp"]),
+         tmp_path / "chk", fn)
+    t = got[0]
+    assert t.column("key").to_pylist() == [b"k0", b"k1", b"k2", b"k3"] and t.column("timestamp").null_count == 0
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk2", fn)
+    assert got[0].column("id").to_pylist() == [0, 1, 2, 3]
