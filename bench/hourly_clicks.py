@@ -105,7 +105,7 @@ def run_engine_kafka(bootstrap: str, topic: str, per_batch: int) -> tuple[float,
     return elapsed, out["rows"]
 
 
-def kafka_workload(json_dir: str, n: int, files: int) -> None:
+def kafka_workload(json_dir: str, n: int, files: int, a_rounds: int = 3) -> None:
     """The same events in a Kafka topic (a Tansu broker started here): the engine's rows/s beside a
     raw confluent-kafka consume of the same topic."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
@@ -128,11 +128,13 @@ def kafka_workload(json_dir: str, n: int, files: int) -> None:
                         prod.flush()
         prod.flush()
         print(f"produced {i} events to Kafka in {time.perf_counter() - t0:.1f} s")
-        secs, rows = run_engine_kafka(bootstrap, topic, n // files)
-        raw = raw_consume(bootstrap, topic, 4, i)
+        run_engine_kafka(bootstrap, topic, n // files)   # warm-up
+        secs, rows = sorted(run_engine_kafka(bootstrap, topic, n // files) for _ in range(a_rounds))[a_rounds // 2]
+        # the reference: the faster of two raw loops (kafka_read.py explains them)
+        raw = max(raw_consume(bootstrap, topic, 4, i), raw_consume(bootstrap, topic, 4, i, fetch_wait_ms=5, chunk=500))
         print(f"{'increments kafka':34s} {secs:8.2f} {i / secs:12,.0f}   ({rows} windows emitted)")
         print(f"{'raw confluent-kafka consume':34s} {i / raw:8.2f} {raw:12,.0f}")
-        print(f"  ratio increments/raw consume rows/s (kafka): {i / secs / raw:.2f}x   (read+parse target >= 0.7x)")
+        print(f"  ratio increments/raw consume rows/s (kafka, whole query): {i / secs / raw:.2f}x")
     finally:
         proc.kill()
 
@@ -248,7 +250,7 @@ def main() -> None:
     state_nowm = (last_nowm["state_operators"] or [{}])[0].get("num_rows_total")
     print(f"state rows at the end: {state_wm} with the watermark, {state_nowm} without (update mode)")
     if a.kafka:
-        kafka_workload(jdir, n, a.files)
+        kafka_workload(jdir, n, a.files, a.rounds)
     print(f"peak memory (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
