@@ -6,7 +6,9 @@ Contract:
   own metadata for the offset it returns (the file source's seen-files entry), but only in a
   way that a plan which never reached offsets[N] leaves nothing observable.
 - `read(start, end)` must return the same rows every time it is called with the same offsets
-  (replay): that is what makes a redo of batch N exact.
+  (replay): that is what makes a redo of batch N exact. A source whose `reads_columns` is True
+  also takes `columns=` (the only columns the query reads, plan.scan_columns) and may leave the
+  others null; the rows and their number do not change.
 - `prepare_available_now()` fixes the target the AvailableNow trigger drains to; afterwards
   `latest_offset` never goes past it.
 """
