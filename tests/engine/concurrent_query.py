@@ -2,6 +2,8 @@
 
 Usage: python concurrent_query.py <input_dir> <checkpoint> <out_dir> <log_url>
 The sink writes one file per batch id (idempotent) and appends a line per call to calls.log.
+Once imported, the script writes <out_dir>/ready.<pid> and waits for <out_dir>/go, so that both
+runners start the query together however long their imports took on a loaded machine.
 """
 from __future__ import annotations
 
@@ -16,6 +18,12 @@ import increments as inc
 def main() -> None:
     input_dir, checkpoint, out_dir, log_url = sys.argv[1:5]
     os.makedirs(out_dir, exist_ok=True)
+    open(os.path.join(out_dir, f"ready.{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(out_dir, "go")):
+        if time.monotonic() > deadline:
+            sys.exit("concurrent_query.py: no go signal within 120 s")
+        time.sleep(0.01)
 
     def sink(table, batch_id):
         time.sleep(0.4)

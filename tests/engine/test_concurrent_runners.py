@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -25,6 +26,10 @@ def test_two_runners_one_commits_each_batch(tmp_path, log_url):
     chk, out = str(tmp_path / "chk"), str(tmp_path / "out")
     args = [sys.executable, SCRIPT, str(d), chk, out, log_url]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    deadline = time.monotonic() + 120   # both imported: start them together (see concurrent_query.py)
+    while len(glob.glob(os.path.join(out, "ready.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    open(os.path.join(out, "go"), "w").close()
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     codes = sorted(r[0] for r in results)
     assert codes == [0, 1], results
