@@ -28,6 +28,9 @@ FORMATS = ("json", "csv", "parquet")
 #: background while the current batch runs (sources/prefetch.py); a file's reader is mostly one
 #: thread, so two files at once use both cores as a one-shot multi-file scan would
 READ_AHEAD_BATCHES = 2
+#: ...as long as the next batches' files hold at most this many bytes on disk (decoded data of
+#: batches ahead is memory the current batch does not need); the first files that fit are read
+READ_AHEAD_BYTES = 128 << 20
 
 
 class FileSource(Source):
@@ -94,7 +97,7 @@ class FileSource(Source):
             new = [f for f in new if f in self._target]
         if limited and self.max_files_per_trigger:
             m = self.max_files_per_trigger
-            self._upcoming = new[m: m + READ_AHEAD_BATCHES * m]
+            self._upcoming = _within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
             new = new[: self.max_files_per_trigger]
         else:
             self._upcoming = []
@@ -179,3 +182,17 @@ class FileSource(Source):
             return None
         seen = self._log.seen_upto(end)
         return {"files_pending": sum(1 for f in self._list() if f not in seen)}
+
+
+def _within_bytes(paths: list[str], budget: int) -> list[str]:
+    """The leading paths whose sizes add up to at most `budget` bytes."""
+    out, total = [], 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            break
+        if total > budget:
+            break
+        out.append(p)
+    return out

@@ -141,3 +141,14 @@ def test_file_deleted_after_its_read_ahead_is_data_loss(tmp_path):
     os.remove(d / "f1.json")
     with pytest.raises(inc.errors.DataLossError, match=r"f1\.json was listed for this batch but is gone"):
         src.read(0, 1)
+
+
+def test_read_ahead_is_bounded_by_the_bytes_of_the_next_batches(tmp_path, monkeypatch):
+    import increments.sources.files as files_mod
+    d, src = _source(tmp_path, 4)
+    size = os.path.getsize(d / "f1.json")
+    monkeypatch.setattr(files_mod, "READ_AHEAD_BYTES", size)     # room for one file ahead, not two
+    started = []
+    monkeypatch.setattr(src._read_ahead, "start", lambda paths, cols, read: started.append(list(paths)))
+    assert src.latest_offset(-1) == 0
+    assert [os.path.basename(p) for p in started[-1]] == ["f0.json", "f1.json"]   # this batch's file + one ahead
