@@ -34,7 +34,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa  # noqa: E402
-import pyarrow.json as pajson  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import increments as inc  # noqa: E402

@@ -156,7 +156,7 @@ class SessionWindowOp(PhysicalOp):
         gs, ss, se = (merged.column(c).to_pylist() for c in ("__g", "__ss", "__se"))
         vals = list(zip(*[a.to_pylist() for a in accs]))
         keep: set[tuple[int, int]] = set()
-        ch_keys, ch_start, ch_end, ch_rows = [], [], [], []
+        ch_keys, ch_end, ch_rows = [], [], []
         for i, (g, s, e) in enumerate(zip(gs, ss, se)):
             value = (e,) + tuple(vals[i])
             keep.add((g, s))

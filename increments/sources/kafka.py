@@ -68,6 +68,8 @@ class _LazyMessage:
 
 
 _M = _LazyMessage()
+
+
 def _parse_lines(values: list, options: Any) -> pa.Table | None:
     """One piece of values joined with newlines, parsed by pyarrow's JSON reader (worker thread; the
     reader releases the GIL). None when anything fails (a null value, invalid JSON, a wrong type):
