@@ -104,7 +104,7 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
             raise AnalysisException("checkpoint_location(path) is required for this sink: the checkpoint holds the "
                                     "query id, the seen-files log and the state")
     checkpoint = os.path.abspath(checkpoint)
-    plan = Compiler(settings.output_mode, opts).compile(frame.node)
+    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node))
     provider = str(opts.get("state_store", "rocksdb")).lower()
     if provider not in ("rocksdb", "memory"):
         raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
@@ -131,3 +131,16 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     stage = DiskStaging(os.path.join(checkpoint, "staging")) if staging == "disk" else MemoryStaging()
     state = StateManager(checkpoint, provider, partitions, changelog)
     return QueryRuntime(name, meta, log, plan, sink, settings, stage, state)
+
+
+def _with_own_sources(node: Any) -> Any:
+    """The logical plan with every source replaced by its for_query() copy: queries started from
+    one frame (one source, two sinks, as in Spark) must not share a checkpoint attachment."""
+    import dataclasses
+
+    from ..plan import nodes as n
+    if isinstance(node, n.SourceNode):
+        return dataclasses.replace(node, source=node.source.for_query())
+    changes = {f.name: _with_own_sources(getattr(node, f.name)) for f in dataclasses.fields(node)
+               if isinstance(getattr(node, f.name), n.Node)}
+    return dataclasses.replace(node, **changes) if changes else node

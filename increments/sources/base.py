@@ -25,6 +25,19 @@ class Source(ABC):
     index: int = 0
     checkpoint_dir: str | None = None
     query_name: str = ""
+    #: the attributes one query's run sets on its source, with their initial values (for_query)
+    _per_query: dict[str, Any] = {}
+
+    def for_query(self) -> "Source":
+        """This source for one query: a shallow copy sharing the configuration (and caches of
+        facts that do not change, such as an inferred schema) with its own per-query state
+        (checkpoint, seen-files log, client, AvailableNow target, read-ahead). Each query started
+        from a frame gets its own, so one frame can feed several queries, as in Spark."""
+        import copy
+        clone = copy.copy(self)
+        for name, value in {"index": 0, "checkpoint_dir": None, "query_name": "", **self._per_query}.items():
+            setattr(clone, name, copy.copy(value))
+        return clone
 
     @property
     @abstractmethod

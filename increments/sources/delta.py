@@ -29,6 +29,8 @@ from .base import Source
 
 
 class DeltaSource(Source):
+    _per_query = {"_target": None}
+
     def __init__(self, path: str, max_files_per_trigger: int | None = None, ignore_changes: bool = False,
                  **options: Any):
         self.path = os.path.abspath(path)

@@ -34,6 +34,9 @@ READ_AHEAD_BYTES = 128 << 20
 
 
 class FileSource(Source):
+    _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_upcoming": [], "_read_ahead": None,
+                  "_ahead_columns": None}
+
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ","):
         fmt = format.lower().replace("jsonl", "json").replace("ndjson", "json")

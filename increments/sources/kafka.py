@@ -111,6 +111,10 @@ class _Parsed:
 
 
 class KafkaSource(Source):
+    _per_query = {"read_metrics": {}, "_consumer": None, "_target": None, "_parse_schema": None,
+                  "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None,
+                  "_read_key": True, "_read_timestamp": True}
+
     def __init__(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
                  starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, **client_config: Any):

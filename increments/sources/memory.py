@@ -16,6 +16,10 @@ from .base import Source
 
 
 class MemorySource(Source):
+    def for_query(self) -> "MemorySource":
+        """The same object: the user adds data to it, and every query reading it sees that data."""
+        return self
+
     def __init__(self, schema: Any, name: str | None = None):
         self._schema = parse_schema(schema).to_arrow()
         self._chunks: list[pa.Table] = []

@@ -199,3 +199,32 @@ def test_progress_report_fields_and_listener(tmp_path):
     assert src["description"].startswith("FileStreamSource[") and src["start_offset"] == -1 and src["end_offset"] == 0
     assert src["num_input_rows"] == 4 and p["sink"]["num_output_rows"] == 4
     assert events == [("started", "prog"), ("progress", 0), ("terminated", None)]
+
+
+def test_one_frame_feeds_two_queries_each_with_its_own_checkpoint(tmp_path):
+    """As in Spark, one stream frame can be started twice (two sinks): each query reads every file
+    once into its own checkpoint, whenever the other was started."""
+    d = tmp_path / "in"
+    d.mkdir()
+    for k in range(2):
+        _json_file(d / f"f{k}.json", _rows(k * 10, 2))
+    frame = inc.read_stream.files(str(d), "json", SCHEMA, max_files_per_trigger=1).select("id")
+    got = {"a": [], "b": []}
+
+    def start(name):
+        return (frame.write_stream.foreach_batch(lambda t, b: got[name].extend(t.column("id").to_pylist()))
+                .checkpoint_location(str(tmp_path / f"chk_{name}")).trigger(processing_time="20 milliseconds").start())
+    qa = start("a")
+    qa.process_all_available()
+    qb = start("b")
+    qb.process_all_available()
+    for k in range(2, 4):
+        _json_file(d / f"f{k}.json", _rows(k * 10, 2))
+    qa.process_all_available()
+    qb.process_all_available()
+    qa.stop(), qb.stop()
+    assert qa.exception() is None and qb.exception() is None
+    everything = [k * 10 + i for k in range(4) for i in range(2)]
+    assert sorted(got["a"]) == everything and sorted(got["b"]) == everything
+    for name in ("a", "b"):
+        assert sorted(os.listdir(tmp_path / f"chk_{name}" / "sources" / "0")) == ["0.json", "1.json", "2.json", "3.json"]
