@@ -117,7 +117,7 @@ def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
         cols = rt.plan.scan_columns.get(i)
         if not src.has_new_data(s, en):
             table = src.schema().empty_table()
-        elif cols is not None and getattr(src, "reads_columns", False):
+        elif cols is not None and src.reads_columns:
             table = src.read(s, en, columns=cols)
         else:
             table = src.read(s, en)

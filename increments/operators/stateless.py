@@ -89,6 +89,10 @@ class WatermarkOp(PhysicalOp):
         self.column, self.delay_ms, self.watermark_id = column, delay_ms, watermark_id
         self.event_time_cols = {column: (watermark_id, delay_ms)}
 
+    def columns_read(self, needed: set[str] | None) -> set[str] | None:
+        """What the output needs, plus the event-time column."""
+        return None if needed is None else needed | {self.column}
+
     def execute(self, ctx: BatchContext) -> pa.Table:
         table = self.children[0].execute(ctx)
         stats = ctx.event_time.setdefault(self.watermark_id, EventTimeStats())

@@ -248,9 +248,6 @@ def prune_scans(root: PhysicalOp) -> dict[int, list[str]]:
             if needed is not None and set(op.schema.names) - needed:
                 out[op.source_index] = [c for c in op.schema.names if c in needed]
             return
-        if isinstance(op, WatermarkOp):
-            walk(op.children[0], None if needed is None else needed | {op.column})
-            return
         reads = getattr(op, "columns_read", None)
         child_needed = reads(needed) if reads is not None and len(op.children) == 1 else None
         for c in op.children:

@@ -25,6 +25,8 @@ class Source(ABC):
     index: int = 0
     checkpoint_dir: str | None = None
     query_name: str = ""
+    #: read() takes columns= (the only columns the query reads) and may leave the others null
+    reads_columns: bool = False
     #: the attributes one query's run sets on its source, with their initial values (for_query)
     _per_query: dict[str, Any] = {}
 

@@ -34,7 +34,7 @@ READ_AHEAD_BYTES = 128 << 20
 
 
 class FileSource(Source):
-    _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_upcoming": [], "_read_ahead": None,
+    _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
@@ -57,7 +57,6 @@ class FileSource(Source):
         self._log: SeenFilesLog | None = None
         self._target: set[str] | None = None
         self.read_metrics: dict[str, Any] = {}
-        self._upcoming: list[str] = []          # the files of the next batches, in order
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
 
@@ -98,16 +97,17 @@ class FileSource(Source):
         new = [f for f in self._list() if f not in seen]
         if self._target is not None:
             new = [f for f in new if f in self._target]
+        upcoming: list[str] = []        # the files of the next batches, in order
         if limited and self.max_files_per_trigger:
             m = self.max_files_per_trigger
-            self._upcoming = _within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
-            new = new[: self.max_files_per_trigger]
-        else:
-            self._upcoming = []
+            upcoming = _within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
+            new = new[:m]
         if not new:
             return start
         self._log.write(start + 1, new)
-        self._start_read_ahead(new + self._upcoming)   # this batch's files first
+        # overlap decoding this batch's files (first) and the next batches' with the work between
+        # plan and their read steps (sources/prefetch.py)
+        self._start_read_ahead(new + upcoming)
         return start + 1
 
     def prepare_available_now(self) -> None:
@@ -146,8 +146,6 @@ class FileSource(Source):
                 continue
             tables.append(self._read_one(f, columns if self.reads_columns else None))
         self.read_metrics = {"files": len(files), "skipped_files": skipped}
-        # overlap decoding the next batches' files with processing this one (sources/prefetch.py)
-        self._start_read_ahead([f for f in self._upcoming if f not in files])
         if not tables:
             return self.schema().empty_table()
         return pa.concat_tables(tables)

@@ -112,8 +112,7 @@ class _Parsed:
 
 class KafkaSource(Source):
     _per_query = {"read_metrics": {}, "_consumer": None, "_target": None, "_parse_schema": None,
-                  "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None,
-                  "_read_key": True, "_read_timestamp": True}
+                  "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None}
 
     def __init__(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
                  starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
@@ -147,7 +146,6 @@ class KafkaSource(Source):
         self._parse_while_reading = False         # enable_read_ahead: the local runner only
         self._parsed: _Parsed | None = None       # the last read's pre-parse, until take_parsed
         self._pool: Any = None
-        self._read_key = self._read_timestamp = True
 
     # -- description / schema -------------------------------------------------------------------
     @property
@@ -360,8 +358,7 @@ class KafkaSource(Source):
         probed and the lost part handled (`_loss`); a range that runs past the end meets the
         end-of-partition event before its end (data loss for the rest, see `_read_partition`)."""
         self.read_metrics = {"offsets_skipped": 0}
-        self._read_key = columns is None or "key" in columns
-        self._read_timestamp = columns is None or "timestamp" in columns
+        skip = frozenset() if columns is None else frozenset({"key", "timestamp"} - set(columns))
         self._parsed = None
         parse = self._parse_options is not None and self._parse_while_reading
         ranges = []
@@ -373,7 +370,7 @@ class KafkaSource(Source):
                 elif e > s:
                     ranges.append((t, int(p), s, e))
         # one partition at a time: measured faster on Tansu than overlapping fetches of all of them
-        read = [self._read_partition(t, p, s, e, parse) for t, p, s, e in sorted(ranges)]
+        read = [self._read_partition(t, p, s, e, parse, skip) for t, p, s, e in sorted(ranges)]
         tables = [x for x, _ in read if x.num_rows]
         out = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
         if parse and out.num_rows and all(pieces is not None for _, pieces in read):
@@ -391,29 +388,31 @@ class KafkaSource(Source):
             e = max(s, hi)
         return s, e
 
-    def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False) -> tuple[pa.Table, list | None]:
+    def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False,
+                        skip: frozenset = frozenset()) -> tuple[pa.Table, list | None]:
         """[s, e) of one partition, ordered by offset, and its pre-parse pieces (see _consume_range).
         Out of range at the start -> probe, apply the data-loss rule, read what is left (once),
         without the stall probe."""
         try:
-            return self._consume_range(t, p, s, e, parse=parse)
+            return self._consume_range(t, p, s, e, parse=parse, skip=skip)
         except _OutOfRange:
             s, e = self._clamp(t, p, s, e)
             if s >= e:
                 return SCHEMA.empty_table(), []
             try:
-                return self._consume_range(t, p, s, e, probe_stall=False, parse=parse)
+                return self._consume_range(t, p, s, e, probe_stall=False, parse=parse, skip=skip)
             except _OutOfRange as x:
                 raise DataLossError(self.fail(f"topic {t!r}, partition {p}: offsets [{s}, {e}) are out of range "
                                               f"on the broker ({x}) although it reported them available; retry "
                                               "the query (the topic may be changing under it)")) from None
 
     def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True,
-                       parse: bool = False) -> tuple[pa.Table, list | None]:
+                       parse: bool = False, skip: frozenset = frozenset()) -> tuple[pa.Table, list | None]:
         """Consume [s, e) of (t, p) in small chunks (_consume_step), each dropped before the next
         consume(); columns by map() over each chunk (topic and partition are constants here, not read
         per message). Nothing at all within _STALL_S of the start (a start past the end gets no answer
-        from Tansu) raises _OutOfRange when probe_stall.
+        from Tansu) raises _OutOfRange when probe_stall. Columns in `skip` ("key", "timestamp") are
+        not read per message (null in the table).
 
         With `parse`, the values also go to the worker thread (_parse_lines) about every _PARSE_BYTES
         while the next ones are consumed; returns [(messages, future)] in row order, or None when a
@@ -423,10 +422,10 @@ class KafkaSource(Source):
         step = _consume_step()
         pieces: list | None = [] if parse else None
         handed, pending = 0, 0        # values[:handed] went to the parse; bytes in values[handed:]
-        keys: list | None = [] if self._read_key else None           # None: not read (see read)
+        keys: list | None = None if "key" in skip else []
         values: list = []
         offsets: list = []
-        stamps: list | None = [] if self._read_timestamp else None
+        stamps: list | None = None if "timestamp" in skip else []
         last = s - 1
         c.assign([TopicPartition(t, p, s)])
         deadline = time.time() + self.fetch_timeout_s
