@@ -4,11 +4,10 @@ each batch's rows, as SEMANTICS.md's observations were made on Spark."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 from typing import Any, Callable
 
 import increments as inc
+from jsonl_batches import write_files  # noqa: F401  (re-exported to the tests)
 
 SCHEMA = "id STRING, ts TIMESTAMP, v BIGINT"
 STORES = ("rocksdb", "memory")
@@ -19,15 +18,6 @@ def row(id: str, hms: str, v: int = 1) -> dict[str, Any]:
     if hms.count(":") == 1:
         hms += ":00"
     return {"id": id, "ts": f"2024-01-01T{hms}Z", "v": v}
-
-
-def write_files(directory: str, batches: list[list[dict]]) -> str:
-    os.makedirs(directory, exist_ok=True)
-    for i, rows in enumerate(batches):
-        with open(os.path.join(directory, f"part-{i:04d}.json"), "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-    return directory
 
 
 def hm(v: Any) -> Any:

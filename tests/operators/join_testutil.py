@@ -19,10 +19,10 @@ right c6 (b2, never stored), c8 (b4). Rows in state after each batch: 3, 7, 5, 8
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import increments as inc
+from jsonl_batches import write_files  # noqa: F401  (re-exported to the tests)
 
 COND = "c.ad_id = i.ad_id AND c.click_time BETWEEN i.imp_time AND i.imp_time + INTERVAL 1 HOUR"
 IMP_SCHEMA = "imp_id STRING, ad_id BIGINT, imp_time TIMESTAMP"
@@ -52,15 +52,6 @@ WATERMARKS = ["1970-01-01T00:00:00.000Z", "2024-01-01T09:50:00.000Z", "2024-01-0
 
 def ts(hhmm: str | None) -> str | None:
     return None if hhmm is None else f"2024-01-01T{hhmm}:00Z"
-
-
-def write_files(directory: str, files: list[list[dict]]) -> str:
-    os.makedirs(directory, exist_ok=True)
-    for k, rows in enumerate(files):
-        with open(os.path.join(directory, f"{k:04d}.json"), "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-    return directory
 
 
 def scenario_sources(tmp, imp_delay: str | None = "10 minutes", click_delay: str | None = "10 minutes",
