@@ -157,6 +157,11 @@ class FileSource(Source):
             self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES)
         self._ahead_columns = columns if self.reads_columns else None
 
+    def close(self) -> None:
+        if self._read_ahead is not None:
+            self._read_ahead.close()
+            self._read_ahead = None
+
     def _start_read_ahead(self, paths: list[str]) -> None:
         if self._read_ahead is not None and paths:
             cols = self._ahead_columns

@@ -5,17 +5,19 @@ columns, and only if the file's (size, mtime) is the same when the result is use
 read began; otherwise, or if the read-ahead failed, the caller reads the file itself (so errors
 are raised by the batch that owns the file, naming it, exactly as without read-ahead). It never
 changes which files a batch takes (that is the seen-files log's job): it only overlaps decoding
-the next file with processing and committing the current batch. At most READ_AHEAD_BATCHES (files.py) batches ahead are held.
+the next file with processing and committing the current batch. At most READ_AHEAD_BATCHES
+(files.py) batches ahead are held.
+
+The workers are a ThreadPoolExecutor's: close() (the query's end) and interpreter exit wait for a
+decode in progress instead of tearing a thread down inside DuckDB or Arrow (daemon threads were:
+a process whose query failed while a read-ahead ran aborted at exit).
 """
 from __future__ import annotations
 
 import os
-import queue
 import threading
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, Callable
-
-
-IDLE_S = 5.0
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -26,34 +28,15 @@ def _stat(path: str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-class _Pending:
-    def __init__(self, path: str, columns: tuple | None, read: Callable[[], Any]):
-        self.path, self.columns, self.stat = path, columns, _stat(path)
-        self.read = read
-        self.result: Any = None
-        self.ok = False
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        try:
-            self.result = self.read()
-            self.ok = True
-        except BaseException:  # noqa: BLE001 - the batch that owns the file reads it again and raises
-            self.ok = False
-        finally:
-            self.done.set()
-
-
 class ReadAhead:
-    """Up to `workers` daemon threads per source, started on demand, reading queued files in
-    order (several files at once: a single file's decoder is mostly one thread)."""
+    """Up to `workers` threads per source reading queued files in order (several files at once: a
+    single file's decoder is mostly one thread)."""
 
     def __init__(self, workers: int = 2) -> None:
-        self._pending: dict[str, _Pending] = {}
+        #: path -> (columns, (size, mtime) when queued, the read)
+        self._pending: dict[str, tuple[tuple | None, tuple[int, int] | None, Future]] = {}
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
-        self._workers = 0
-        self._max_workers = max(1, workers)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="increments-read-ahead")
 
     def start(self, paths: list[str], columns: list[str] | None, read: Callable[[str], Any]) -> None:
         """Queue `paths` for reading in the background (dropping read-ahead of any other file)."""
@@ -61,39 +44,28 @@ class ReadAhead:
         with self._lock:
             for p in list(self._pending):
                 if p not in paths:
-                    self._pending.pop(p).read = _skipped
+                    self._pending.pop(p)[2].cancel()
             for p in paths:
                 if p not in self._pending:
-                    self._pending[p] = job = _Pending(p, cols, lambda p=p: read(p))
-                    self._queue.put(job)
-            while self._workers < min(self._max_workers, self._queue.qsize()):
-                self._workers += 1
-                threading.Thread(target=self._work, name="increments-read-ahead", daemon=True).start()
-
-    def _work(self) -> None:
-        """Run queued reads; exit after IDLE_S without work (start() starts a new worker)."""
-        while True:
-            try:
-                job = self._queue.get(timeout=IDLE_S)
-            except queue.Empty:
-                with self._lock:
-                    if self._queue.empty():
-                        self._workers -= 1
-                        return
-                continue
-            job.run()
+                    self._pending[p] = (cols, _stat(p), self._pool.submit(read, p))
 
     def take(self, path: str, columns: list[str] | None) -> Any | None:
         """The read-ahead result of `path` with exactly these columns, or None (read it yourself)."""
         with self._lock:
-            pending = self._pending.pop(path, None)
-        if pending is None or pending.columns != (tuple(columns) if columns is not None else None):
+            entry = self._pending.pop(path, None)
+        if entry is None or entry[0] != (tuple(columns) if columns is not None else None):
             return None
-        pending.done.wait()
-        if not pending.ok or pending.stat is None or _stat(path) != pending.stat:
+        _, stat, future = entry
+        try:
+            result = future.result()
+        except (Exception, CancelledError):  # noqa: BLE001 - the batch that owns the file reads it and raises
             return None
-        return pending.result
+        if stat is None or _stat(path) != stat:
+            return None
+        return result
 
-
-def _skipped() -> None:
-    raise RuntimeError("read-ahead dropped")
+    def close(self) -> None:
+        """Drop what is queued, wait for a read in progress, stop the workers."""
+        with self._lock:
+            self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)

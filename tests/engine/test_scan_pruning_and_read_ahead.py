@@ -152,3 +152,38 @@ def test_read_ahead_is_bounded_by_the_bytes_of_the_next_batches(tmp_path, monkey
     monkeypatch.setattr(src._read_ahead, "start", lambda paths, cols, read: started.append(list(paths)))
     assert src.latest_offset(-1) == 0
     assert [os.path.basename(p) for p in started[-1]] == ["f0.json", "f1.json"]   # this batch's file + one ahead
+
+
+_FAILING_QUERY = """
+import sys
+import increments as inc
+q = (inc.read_stream.files(sys.argv[1], "json", "campaign_id STRING, user_id STRING, amount BIGINT, event_time TIMESTAMP",
+                           max_files_per_trigger=1)
+     .select("campaign_id").write_stream.foreach_batch(lambda t, b: None).checkpoint_location(sys.argv[2])
+     .trigger(available_now=True).start())
+try:
+    q.await_termination()
+except inc.StreamingQueryException as e:
+    print(e)
+"""
+
+
+def test_a_query_failing_while_reading_ahead_exits_cleanly(tmp_path):
+    """Batch 1's file is malformed while the next (large) files are being decoded ahead: the
+    process reports the bad file and exits normally (a decode torn down at exit used to abort it)."""
+    import subprocess
+    import sys
+    d = tmp_path / "in"
+    d.mkdir()
+    _write(d / "f0.json", _rows(0))
+    (d / "f1.json").write_text("not json\n")
+    big = "".join(json.dumps(r) + "\n" for r in _rows(3, n=50)) * 2000     # 100k rows each
+    for k in (2, 3, 4):
+        (d / f"f{k}.json").write_text(big)
+    script = tmp_path / "failing_query.py"
+    script.write_text(_FAILING_QUERY)
+    for attempt in range(5):
+        p = subprocess.run([sys.executable, str(script), str(d), str(tmp_path / f"chk{attempt}")],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert f"file {d / 'f1.json'}, line 1" in p.stdout
