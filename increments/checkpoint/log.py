@@ -27,23 +27,45 @@ def resolve_log_url(log_url: str | None, checkpoint: str) -> str:
     return "sqlite:///" + os.path.abspath(os.path.join(checkpoint, "log.sqlite"))
 
 
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
 def engine_for(url: str) -> sa.Engine:
     """One engine per URL and process; SQLite gets WAL and a busy timeout for concurrent runners."""
     eng = _ENGINES.get(url)
     if eng is None:
         if url.startswith("sqlite"):
-            eng = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+            eng = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
 
             @sa.event.listens_for(eng, "connect")
             def _wal(dbapi_conn, _rec):  # noqa: ANN001
                 cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
+                _wal_mode(cur)
                 cur.execute("PRAGMA synchronous=NORMAL")
                 cur.close()
         else:
             eng = sa.create_engine(url, pool_pre_ping=True)
         _ENGINES[url] = eng
     return eng
+
+
+def _wal_mode(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
+    """Put the SQLite log in WAL mode (a property of the file: the first connection sets it).
+    Switching takes an exclusive lock and SQLite answers "database is locked" at once, without its
+    busy timeout, when another process (a second runner starting at the same moment) holds one:
+    retry for as long as the busy timeout would have waited."""
+    import sqlite3
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 @dataclass
