@@ -48,3 +48,4 @@ def log_url(request, tmp_path) -> str:
         return "sqlite:///" + str(tmp_path / "log.sqlite")
     return request.getfixturevalue("pg_url")
 from broker import *  # noqa: F401,F403  (the kafka_broker fixture; tests/broker.py)
+from object_store import s3_bucket, s3_server  # noqa: E402,F401  (moto's S3 server; tests/object_store.py)

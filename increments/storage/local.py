@@ -1,0 +1,143 @@
+"""A Location on the local disk, through the OS.
+
+Writes go to a temp file in the target directory, are fsynced, and are published by rename
+(overwrite) or by hard link (create-only: link fails when the name exists, so exactly one of two
+racing writers wins); the directory is fsynced after. Temp files start with ``.tmp-`` and are
+never listed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from . import Location, ObjectInfo
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _info(name: str, st: os.stat_result) -> ObjectInfo:
+    return ObjectInfo(name, st.st_size, int(st.st_mtime_ns // 1_000_000), None)
+
+
+class LocalLocation(Location):
+    is_local = True
+
+    def __init__(self, root: str):
+        self.root = root
+        self.url = root
+
+    def _p(self, name: str) -> str:
+        return os.path.join(self.root, *[p for p in name.split("/") if p]) if name else self.root
+
+    def child(self, *parts: str) -> "LocalLocation":
+        return LocalLocation(os.path.join(self.root, *[p for part in parts for p in str(part).split("/") if p]))
+
+    def local_path(self, name: str = "") -> str:
+        return self._p(name)
+
+    def read_bytes(self, name: str) -> bytes:
+        with open(self._p(name), "rb") as f:
+            return f.read()
+
+    def write_bytes(self, name: str, data: bytes, *, create_only: bool = False) -> None:
+        path = self._p(name)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if create_only:
+                try:
+                    os.link(tmp, path)      # fails when the name is taken: exactly one writer wins
+                except FileExistsError:
+                    raise FileExistsError(f"{path} already exists") from None
+            else:
+                os.replace(tmp, path)
+                tmp = None
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+        _fsync_dir(directory)
+
+    def head(self, name: str) -> ObjectInfo | None:
+        try:
+            st = os.stat(self._p(name))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not os.path.isfile(self._p(name)):
+            return None
+        return _info(name, st)
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> list[ObjectInfo]:
+        base = self._p(prefix)
+        out: list[ObjectInfo] = []
+        pre = prefix.rstrip("/") + "/" if prefix else ""
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".tmp-")]
+            rel = os.path.relpath(dirpath, base)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for fn in filenames:
+                if fn.startswith(".tmp-"):
+                    continue
+                name = pre + rel + fn
+                if start_after is not None and name <= start_after:
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, fn))
+                except FileNotFoundError:
+                    continue
+                out.append(_info(name, st))
+        out.sort(key=lambda o: o.name)
+        return out
+
+    def list_dir(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
+        base = self._p(prefix)
+        pre = prefix.rstrip("/") + "/" if prefix else ""
+        files, dirs = [], []
+        try:
+            entries = list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        for e in entries:
+            if e.name.startswith(".tmp-"):
+                continue
+            try:
+                if e.is_dir():
+                    dirs.append(pre + e.name)
+                elif e.is_file():
+                    files.append(_info(pre + e.name, e.stat()))
+            except FileNotFoundError:
+                continue
+        files.sort(key=lambda o: o.name)
+        dirs.sort()
+        return files, dirs
+
+    def delete(self, name: str) -> None:
+        p = self._p(name)
+        try:
+            os.remove(p)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        shutil.rmtree(self._p(prefix), ignore_errors=True)
