@@ -19,8 +19,10 @@ class SinkContext:
     query_id: str
     query_name: str
     output_mode: str
-    checkpoint: str
+    checkpoint: Any                                        # an increments.storage.Location (or a path)
     key_columns: list[str] = field(default_factory=list)   # result keys for update/complete modes
+    #: the query-level storage_options; a sink merges its own (.option("storage_options", ...)) over them
+    storage_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -19,12 +19,17 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..storage import Location
+
 
 class Source(ABC):
-    #: set by the planner: the source's position in the query and its checkpoint directory
+    #: set by open(): the source's position in the query, the query's checkpoint (a Location; the
+    #: source's own files live under checkpoint.child("sources", str(index))) and the query-level
+    #: storage_options (a source merges its own storage_options= over them)
     index: int = 0
-    checkpoint_dir: str | None = None
+    checkpoint: Location | None = None
     query_name: str = ""
+    query_storage_options: dict[str, Any] = {}
     #: read() takes columns= (the only columns the query reads) and may leave the others null
     reads_columns: bool = False
     #: the attributes one query's run sets on its source, with their initial values (for_query)
@@ -37,7 +42,8 @@ class Source(ABC):
         from a frame gets its own, so one frame can feed several queries, as in Spark."""
         import copy
         clone = copy.copy(self)
-        for name, value in {"index": 0, "checkpoint_dir": None, "query_name": "", **self._per_query}.items():
+        for name, value in {"index": 0, "checkpoint": None, "query_name": "", "query_storage_options": {},
+                            **self._per_query}.items():
             setattr(clone, name, copy.copy(value))
         return clone
 
@@ -48,9 +54,20 @@ class Source(ABC):
     @abstractmethod
     def schema(self) -> pa.Schema: ...
 
-    def open(self, checkpoint_dir: str, index: int, query_name: str) -> None:
-        """Attach to the query's checkpoint (sources/<index>/) before the first plan."""
-        self.checkpoint_dir, self.index, self.query_name = checkpoint_dir, index, query_name
+    def open(self, checkpoint: Location | str, index: int, query_name: str,
+             storage_options: dict[str, Any] | None = None) -> None:
+        """Attach to the query's checkpoint (its files under sources/<index>/) before the first plan.
+        `checkpoint` is a Location (a path or URL is accepted: made with `storage_options`);
+        `storage_options` are the query-level ones."""
+        from .. import storage
+        self.checkpoint = storage.location(checkpoint, storage_options)
+        self.index, self.query_name = index, query_name
+        self.query_storage_options = dict(storage_options or {})
+
+    def own_files(self) -> Location:
+        """Where this source keeps its files in the checkpoint: sources/<index>/."""
+        assert self.checkpoint is not None, "open() the source first"
+        return self.checkpoint.child("sources", str(self.index))
 
     @abstractmethod
     def initial_offset(self) -> Any: ...

@@ -1,26 +1,51 @@
-"""read_stream.files(path, format, schema, max_files_per_trigger=None).
+"""read_stream.files(path, format, schema, max_files_per_trigger=None, storage_options=None).
 
-Files under `path` (a directory, listed without recursion, or a glob) are taken in name order,
-each once; names starting with '.' or '_' are ignored (temporary and metadata files). The
-offset is the seen-files log entry number (see checkpoint/seen_files.py). A malformed file fails
-the batch naming the file and line; a file deleted after it was planned fails with DataLossError
-unless fail_on_data_loss=False, which skips it, counts it and reports it in progress.
+`path` is a directory (its files, without recursion) or a glob (``in/2024-*/*.json``: the
+directory before the first wildcard is listed recursively and each name matched segment by
+segment, '*' never crossing a '/'), on the local disk (a path or ``file://``) or on an object
+store (``s3://``, ``gs://``, ``az://``, ``abfss://``; see increments.storage). Unknown schemes are
+refused when the source is made. Credentials: the cloud's environment, the query's
+``storage_options`` option, and this source's own ``storage_options=`` (which wins).
+Names (relative to the listed directory) with a segment starting with '.' or '_' are ignored
+(temporary and metadata files); sub-directories are not files.
+
+Which files a batch takes (the name-order rule): files are taken in name (key) order, each once.
+The offset is the seen-files log entry number (sources/seen_files.py); entry n records its files
+and the last name. The next entry takes the files whose names come after that last name: the
+store is asked only for the keys after it (S3's StartAfter), so a prefix with many files costs a
+listing of the new ones only. Consequences, as for any name-ordered listing:
+* a file that lands with a name before one already read is never read: name files so that new
+  ones sort last (a timestamp or sequence number first);
+* files must be complete when they land (write elsewhere, then rename or upload in one put): a
+  file listed while being written is read as it was then;
+* with max_files_per_trigger one listing serves the next batches while it still holds a full
+  batch (as Spark's unread-files cache): a file that lands with a name before one already
+  *listed* may then be missed too.
+An AvailableNow drain's target is the last name available when it starts (the old form, a list
+of paths, is read as its last name); backlog() counts the files after the last name read.
+
+Reads: a local file is read in place; an object is fetched into a private local file
+(storage.private_dir(None, "fetch")), read by the same readers, and the copy deleted. A malformed
+file fails the batch naming the file (its URL) and line; a file deleted after it was planned fails
+with DataLossError unless fail_on_data_loss=False, which skips it, counts it and reports it.
 """
 from __future__ import annotations
 
-import glob
+import fnmatch
 import logging
 import os
 from typing import Any
 
 import pyarrow as pa
 
-from ..checkpoint.seen_files import SeenFilesLog
+from .. import storage
 from ..errors import DataLossError, MalformedInputError
+from ..storage import Location, ObjectInfo
 from ..types import parse_schema
 from . import file_formats
 from .base import Source
 from .prefetch import ReadAhead
+from .seen_files import SeenFilesLog
 
 log = logging.getLogger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")
@@ -28,26 +53,56 @@ FORMATS = ("json", "csv", "parquet")
 #: background while the current batch runs (sources/prefetch.py); a file's reader is mostly one
 #: thread, so two files at once use both cores as a one-shot multi-file scan would
 READ_AHEAD_BATCHES = 2
-#: ...as long as the next batches' files hold at most this many bytes on disk (decoded data of
-#: batches ahead is memory the current batch does not need); the first files that fit are read
+#: ...as long as the next batches' files hold at most this many bytes (decoded data of batches
+#: ahead is memory the current batch does not need); the first files that fit are read
 READ_AHEAD_BYTES = 128 << 20
+_WILDCARDS = "*?["
+
+
+def split_glob(path: str) -> tuple[str, str | None]:
+    """(the directory to list, the pattern of names relative to it or None for a directory)."""
+    idx = min((path.find(c) for c in _WILDCARDS if c in path), default=-1)
+    if idx < 0:
+        root = path.rstrip("/") or "/"
+        return (root if storage.is_remote(path) or storage.scheme_of(path) else os.path.abspath(root)), None
+    cut = path.rfind("/", 0, idx)
+    scheme = storage.scheme_of(path)
+    if scheme:
+        head = len(scheme) + 3
+        if path.find("/", head) < 0 or cut < path.find("/", head):
+            raise ValueError(f"files({storage.redact_url(path)!r}): a wildcard in the bucket or container name "
+                             "is not supported; put wildcards in the path after it")
+        return path[:cut], path[cut + 1:]
+    if cut < 0:
+        return os.path.abspath("."), path
+    return os.path.abspath(path[:cut] or "/"), path[cut + 1:]
+
+
+def _hidden(segment: str) -> bool:
+    return segment.startswith((".", "_"))
 
 
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
-                  "_ahead_columns": None}
+                  "_ahead_columns": None, "_root": None, "_listed": None}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
-                 fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ","):
+                 fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
+                 storage_options: dict[str, Any] | None = None):
+        path = os.fspath(path)
+        storage.check_scheme(path, "files: path")
         fmt = format.lower().replace("jsonl", "json").replace("ndjson", "json")
         if fmt not in FORMATS:
             raise ValueError(f"read_stream.files: format {format!r} is not one of {FORMATS}")
         if schema is None and fmt != "parquet":
-            raise ValueError(f"read_stream.files({path!r}): a schema is required for format {fmt!r} "
-                             "(e.g. schema=\"user_id STRING, event_time TIMESTAMP\")")
+            raise ValueError(f"read_stream.files({storage.redact_url(path)!r}): a schema is required for format "
+                             f"{fmt!r} (e.g. schema=\"user_id STRING, event_time TIMESTAMP\")")
         if max_files_per_trigger is not None and max_files_per_trigger < 1:
             raise ValueError("max_files_per_trigger must be >= 1")
         self.path = path
+        self.root_url, self.pattern = split_glob(path)
+        self.storage_options = dict(storage_options or {})
+        storage.remember_secrets(self.storage_options)
         self.format = fmt
         self._schema = parse_schema(schema) if schema is not None else None
         self.max_files_per_trigger = max_files_per_trigger
@@ -55,78 +110,161 @@ class FileSource(Source):
         self.header = header
         self.delimiter = delimiter
         self._log: SeenFilesLog | None = None
-        self._target: set[str] | None = None
+        self._target: str | None = None       # AvailableNow: the last name of the drain
         self.read_metrics: dict[str, Any] = {}
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
+        self._root: Location | None = None
+        #: (entry n, its last name, the rest of the listing after it) -- see the module doc
+        self._listed: tuple[int, str, list[ObjectInfo]] | None = None
 
     @property
     def description(self) -> str:
-        return f"FileStreamSource[{self.path}]"
+        return f"FileStreamSource[{storage.redact_url(self.path)}]"
+
+    # -- where -------------------------------------------------------------------------------------
+    def options(self) -> dict[str, Any]:
+        """The storage options: this source's own over the query's."""
+        return {**self.query_storage_options, **self.storage_options}
+
+    def root(self) -> Location:
+        if self._root is None:
+            self._root = storage.location(self.root_url, self.options())
+        return self._root
+
+    def open(self, checkpoint: Any, index: int, query_name: str, storage_options: dict | None = None) -> None:
+        super().open(checkpoint, index, query_name, storage_options)
+        self._root = None
+        self._log = SeenFilesLog(self.own_files())
+
+    def _matches(self, name: str) -> bool:
+        segs = name.split("/")
+        if any(_hidden(s) for s in segs):
+            return False
+        if self.pattern is None:
+            return len(segs) == 1
+        pats = self.pattern.split("/")
+        return len(segs) == len(pats) and all(fnmatch.fnmatchcase(s, p) for s, p in zip(segs, pats))
+
+    def list_after(self, after: str | None) -> list[ObjectInfo]:
+        """The source's files whose names come after `after` (all for None), in name order: one
+        listing of the keys after it."""
+        return [o for o in self.root().list("", start_after=after) if self._matches(o.name)]
+
+    def _rel(self, path: str) -> str:
+        """A version-1 entry's absolute path as a name relative to the root."""
+        root = self.root().local_path("")
+        if root is not None and os.path.isabs(path):
+            rel = os.path.relpath(path, root)
+            if not rel.startswith(".."):
+                return rel.replace(os.sep, "/")
+        return path
+
+    def static_files(self) -> list[tuple[Location, str]]:
+        """For read.files(path): a single file reads that file; a directory or glob its files (in
+        name order); a missing path is an error naming it."""
+        if self.pattern is None:
+            parent_url, _, base = self.root_url.rpartition("/")
+            if base and not parent_url.endswith(":/"):        # not a bucket's root
+                parent = storage.location(parent_url or "/", self.options())
+                if parent.head(base) is not None:
+                    return [(parent, base)]
+            everything = self.root().list("")
+            if not everything and not (self.root().local_path("") and os.path.isdir(self.root().local_path(""))):
+                raise FileNotFoundError(f"read.files: {storage.redact_url(self.path)} does not exist (no file or "
+                                        "directory, and no object under that prefix)")
+            return [(self.root(), o.name) for o in everything if self._matches(o.name)]
+        return [(self.root(), o.name) for o in self.list_after(None)]
 
     def schema(self) -> pa.Schema:
         if self._schema is None:
-            first = self._list()
+            try:
+                first = self.static_files()[:1]
+            except FileNotFoundError:
+                first = []
             if not first:
-                raise ValueError(f"read_stream.files({self.path!r}, 'parquet'): no schema given and no file to infer "
-                                 "it from; pass schema=")
+                raise ValueError(f"read_stream.files({storage.redact_url(self.path)!r}, 'parquet'): no schema given "
+                                 "and no file to infer it from; pass schema=")
             import pyarrow.parquet as pq
-            self._schema = parse_schema(pq.read_schema(first[0]))
+            loc, name = first[0]
+            with _Local(loc, name) as path:
+                self._schema = parse_schema(pq.read_schema(path))
         return self._schema.to_arrow()
 
-    def open(self, checkpoint_dir: str, index: int, query_name: str) -> None:
-        super().open(checkpoint_dir, index, query_name)
-        self._log = SeenFilesLog(os.path.join(checkpoint_dir, "sources", str(index)))
-
-    def _list(self) -> list[str]:
-        if any(ch in self.path for ch in "*?["):
-            names = glob.glob(self.path)
-        elif os.path.isdir(self.path):
-            names = [e.path for e in os.scandir(self.path) if e.is_file()]
-        else:
-            names = []
-        names = [os.path.abspath(n) for n in names if not os.path.basename(n).startswith((".", "_"))]
-        return sorted(names, key=os.path.basename)
-
+    # -- offsets -----------------------------------------------------------------------------------
     def initial_offset(self) -> int:
         return -1
 
+    def _new_files(self, start: int, limited: bool) -> list[ObjectInfo]:
+        assert self._log is not None
+        last = self._log.last(start, self._rel)
+        m = self.max_files_per_trigger if limited else None
+        cached = self._listed
+        if m and cached is not None and cached[0] == start and cached[1] == last and len(cached[2]) >= m:
+            new = cached[2]
+        else:
+            new = self.list_after(last)
+        if self._target is not None:
+            new = [o for o in new if o.name <= self._target]
+        return new
+
     def latest_offset(self, start: int, limited: bool = True) -> int:
         assert self._log is not None
-        seen = self._log.seen_upto(start)
-        new = [f for f in self._list() if f not in seen]
-        if self._target is not None:
-            new = [f for f in new if f in self._target]
-        upcoming: list[str] = []        # the files of the next batches, in order
-        if limited and self.max_files_per_trigger:
-            m = self.max_files_per_trigger
+        new = self._new_files(start, limited)
+        upcoming: list[ObjectInfo] = []        # the files of the next batches, in order
+        m = self.max_files_per_trigger
+        if limited and m:
             upcoming = _within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
+            rest = new[m:]
             new = new[:m]
+        else:
+            rest = []
         if not new:
             return start
-        self._log.write(start + 1, new)
+        entry = self._log.write(start + 1, new)          # create-only; an existing entry is adopted
+        self._listed = (start + 1, entry["last"], [o for o in rest if o.name > entry["last"]]) if rest else None
         # overlap decoding this batch's files (first) and the next batches' with the work between
         # plan and their read steps (sources/prefetch.py)
-        self._start_read_ahead(new + upcoming)
+        self._start_read_ahead([_key(f) for f in entry["files"]] + [o.name for o in upcoming
+                                                                     if o.name > entry["last"]])
         return start + 1
 
     def prepare_available_now(self) -> None:
-        self._target = set(self._list())
+        """The target: the last name available now (listing after the newest entry's last name)."""
+        assert self._log is not None
+        newest = self._log.newest()
+        last = self._log.last(newest, self._rel) if newest >= 0 else None
+        new = self.list_after(last)
+        self._target = new[-1].name if new else (last or "")
 
     def available_now_target(self) -> Any:
-        return sorted(self._target) if self._target is not None else None
+        return self._target
 
     def set_available_now_target(self, target: Any) -> None:
-        self._target = set(target) if target is not None else None
+        if isinstance(target, list):      # the old form: the paths available at the drain's start
+            names = [self._rel(p) for p in target]
+            target = max(names) if names else ""
+        self._target = target
 
     def files_for(self, start: int, end: int) -> list[str]:
+        """The keys of the files of batches (start, end]: names relative to the root (or the
+        absolute paths of a version-1 entry)."""
         assert self._log is not None
-        return self._log.files_between(start, end)
+        return [_key(f) for f in self._log.files_between(start, end)]
 
+    def backlog(self, end: int) -> dict[str, Any] | None:
+        if self._log is None:
+            return None
+        return {"files_pending": len(self.list_after(self._log.last(end, self._rel)))}
+
+    # -- reading -----------------------------------------------------------------------------------
     @property
     def reads_columns(self) -> bool:
         """JSON and Parquet files can be read for a subset of the columns (read(..., columns=))."""
         return self.format in ("json", "parquet")
+
+    def display(self, key: str) -> str:
+        return key if os.path.isabs(key) else self.root().join(key)
 
     def read(self, start: int, end: int, columns: list[str] | None = None) -> pa.Table:
         """The rows of the files of batches (start, end], in name order. With `columns` (JSON and
@@ -136,15 +274,15 @@ class FileSource(Source):
         files = self.files_for(start, end)
         tables, skipped = [], []
         for f in files:
-            if not os.path.exists(f):
+            try:
+                tables.append(self._read_one(f, columns if self.reads_columns else None))
+            except FileNotFoundError:
                 if self.fail_on_data_loss:
                     raise DataLossError(self.fail(
-                        f"file {f} was listed for this batch but is gone. Restore it, or set "
-                        "fail_on_data_loss=False to skip missing files (they are counted and reported)."))
-                log.warning("%s", self.fail(f"skipping missing file {f} (fail_on_data_loss=False)"))
-                skipped.append(f)
-                continue
-            tables.append(self._read_one(f, columns if self.reads_columns else None))
+                        f"file {self.display(f)} was listed for this batch but is gone. Restore it, or set "
+                        "fail_on_data_loss=False to skip missing files (they are counted and reported).")) from None
+                log.warning("%s", self.fail(f"skipping missing file {self.display(f)} (fail_on_data_loss=False)"))
+                skipped.append(self.display(f))
         self.read_metrics = {"files": len(files), "skipped_files": skipped}
         if not tables:
             return self.schema().empty_table()
@@ -154,7 +292,7 @@ class FileSource(Source):
         """Decode planned and upcoming files in the background, for a query that reads `columns`
         (None: all) -- the same columns its read step will ask for, or the read-ahead is unused."""
         if self._read_ahead is None:
-            self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES)
+            self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES, stat=self._fingerprint)
         self._ahead_columns = columns if self.reads_columns else None
 
     def close(self) -> None:
@@ -162,10 +300,28 @@ class FileSource(Source):
             self._read_ahead.close()
             self._read_ahead = None
 
-    def _start_read_ahead(self, paths: list[str]) -> None:
-        if self._read_ahead is not None and paths:
+    def _start_read_ahead(self, keys: list[str]) -> None:
+        if self._read_ahead is not None and keys:
             cols = self._ahead_columns
-            self._read_ahead.start(paths, cols, lambda f: self._decode(f, cols))
+            self._read_ahead.start(keys, cols, lambda f: self._decode(f, cols))
+
+    def _fingerprint(self, key: str) -> Any:
+        """What tells a file changed: (size, mtime) of a local file, the listing facts of an object."""
+        loc, name = self._where(key)
+        p = loc.local_path(name)
+        if p is not None:
+            try:
+                st = os.stat(p)
+            except OSError:
+                return None
+            return st.st_size, st.st_mtime_ns
+        info = loc.head(name)
+        return None if info is None else (info.size, info.mtime_ms, info.etag)
+
+    def _where(self, key: str) -> tuple[Location, str]:
+        if os.path.isabs(key):        # a version-1 entry's absolute local path
+            return storage.location(os.path.dirname(key)), os.path.basename(key)
+        return self.root(), key
 
     def _read_one(self, f: str, columns: list[str] | None = None) -> pa.Table:
         ahead = self._read_ahead.take(f, columns) if self._read_ahead is not None else None
@@ -173,32 +329,59 @@ class FileSource(Source):
             return ahead
         return self._decode(f, columns)
 
-    def _decode(self, f: str, columns: list[str] | None = None) -> pa.Table:
-        try:
-            if self.format == "json":
-                return file_formats.read_json_lines(f, self._schema, columns)
-            if self.format == "csv":
-                return file_formats.read_csv(f, self._schema, self.header, self.delimiter)
-            return file_formats.read_parquet(f, self._schema, columns)
-        except MalformedInputError as e:
-            raise MalformedInputError(self.fail(str(e) + ". Fix or remove the file; nothing of it was processed.")) from e
+    def _decode(self, key: str, columns: list[str] | None = None) -> pa.Table:
+        return self.decode_at(*self._where(key), columns)
 
-    def backlog(self, end: int) -> dict[str, Any] | None:
-        if self._log is None:
-            return None
-        seen = self._log.seen_upto(end)
-        return {"files_pending": sum(1 for f in self._list() if f not in seen)}
+    def decode_at(self, loc: Location, name: str, columns: list[str] | None = None) -> pa.Table:
+        """The rows of one file (FileNotFoundError when it is gone; MalformedInputError naming it)."""
+        shown = loc.join(name)
+        with _Local(loc, name) as path:
+            if loc.local_path(name) is not None and not os.path.isfile(path):
+                raise FileNotFoundError(shown)
+            try:
+                if self.format == "json":
+                    return file_formats.read_json_lines(path, self._schema, columns)
+                if self.format == "csv":
+                    return file_formats.read_csv(path, self._schema, self.header, self.delimiter)
+                return file_formats.read_parquet(path, self._schema, columns)
+            except MalformedInputError as e:
+                msg = str(e).replace(path, shown) if path != shown else str(e)
+                raise MalformedInputError(self.fail(msg + ". Fix or remove the file; nothing of it was "
+                                                          "processed.")) from e
 
 
-def _within_bytes(paths: list[str], budget: int) -> list[str]:
-    """The leading paths whose sizes add up to at most `budget` bytes."""
+class _Local:
+    """A local path holding the object: the file itself when local, else a private copy that is
+    deleted on exit (FileNotFoundError when the object is gone)."""
+
+    def __init__(self, loc: Location, name: str):
+        self.loc, self.name, self.tmp = loc, name, None
+
+    def __enter__(self) -> str:
+        p = self.loc.local_path(self.name)
+        if p is not None:
+            return p
+        self.tmp = self.loc.fetch_local(self.name, storage.private_dir(None, "fetch"))
+        return self.tmp
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.tmp is not None:
+            try:
+                os.remove(self.tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _key(f: Any) -> str:
+    return f["name"] if isinstance(f, dict) else f
+
+
+def _within_bytes(files: list[ObjectInfo], budget: int) -> list[ObjectInfo]:
+    """The leading files whose sizes (as listed) add up to at most `budget` bytes."""
     out, total = [], 0
-    for p in paths:
-        try:
-            total += os.path.getsize(p)
-        except OSError:
-            break
+    for f in files:
+        total += f.size
         if total > budget:
             break
-        out.append(p)
+        out.append(f)
     return out

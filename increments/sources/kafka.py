@@ -38,7 +38,6 @@ import json
 import logging
 import math
 import operator
-import os
 import time
 from typing import Any
 
@@ -242,10 +241,14 @@ class KafkaSource(Source):
 
     # -- offsets --------------------------------------------------------------------------------
     def initial_offset(self) -> dict:
-        path = os.path.join(self.checkpoint_dir, "sources", str(self.index), "initial.json") if self.checkpoint_dir else None
-        if path and os.path.exists(path):
-            with open(path) as f:
-                return json.load(f)
+        # sources/<i>/initial.json fixes the resolved starting offsets once: written create-only, and
+        # a start that finds it (a restart, or a concurrent runner that wrote it first) adopts it
+        own = self.own_files() if self.checkpoint is not None else None
+        if own is not None:
+            try:
+                return json.loads(own.read_bytes("initial.json"))
+            except FileNotFoundError:
+                pass
         parts = self._partitions()
         wants = {}
         for t, ps in parts.items():
@@ -270,10 +273,11 @@ class KafkaSource(Source):
                 out[t][str(p)] = hi
             else:
                 out[t][str(p)] = int(want)
-        if path:
-            from ..checkpoint.metadata import atomic_write_json
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            atomic_write_json(path, out)
+        if own is not None:
+            try:
+                own.write_bytes("initial.json", json.dumps(out, sort_keys=True).encode(), create_only=True)
+            except FileExistsError:
+                return json.loads(own.read_bytes("initial.json"))
         return out
 
     def latest_offset(self, start: Any, limited: bool = True) -> dict:

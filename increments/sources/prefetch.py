@@ -1,8 +1,8 @@
 """Read-ahead of the files the next batch will most likely take, on a background thread.
 
 Contract: a prefetched result is only ever used in place of reading the same file with the same
-columns, and only if the file's (size, mtime) is the same when the result is used as when the
-read began; otherwise, or if the read-ahead failed, the caller reads the file itself (so errors
+columns, and only if the file's fingerprint (`stat`: size and mtime of a local file; size, mtime
+and etag of an object) is the same when the result is used as when the read began; otherwise, or if the read-ahead failed, the caller reads the file itself (so errors
 are raised by the batch that owns the file, naming it, exactly as without read-ahead). It never
 changes which files a batch takes (that is the seen-files log's job): it only overlaps decoding
 the next file with processing and committing the current batch. At most READ_AHEAD_BATCHES
@@ -20,7 +20,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 
-def _stat(path: str) -> tuple[int, int] | None:
+def _os_stat(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -32,9 +32,10 @@ class ReadAhead:
     """Up to `workers` threads per source reading queued files in order (several files at once: a
     single file's decoder is mostly one thread)."""
 
-    def __init__(self, workers: int = 2) -> None:
-        #: path -> (columns, (size, mtime) when queued, the read)
-        self._pending: dict[str, tuple[tuple | None, tuple[int, int] | None, Future]] = {}
+    def __init__(self, workers: int = 2, stat: Callable[[str], Any] = _os_stat) -> None:
+        #: path -> (columns, the read: (fingerprint when the read began, result))
+        self._pending: dict[str, tuple[tuple | None, Future]] = {}
+        self._stat = stat
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="increments-read-ahead")
 
@@ -44,10 +45,14 @@ class ReadAhead:
         with self._lock:
             for p in list(self._pending):
                 if p not in paths:
-                    self._pending.pop(p)[2].cancel()
+                    self._pending.pop(p)[1].cancel()
             for p in paths:
                 if p not in self._pending:
-                    self._pending[p] = (cols, _stat(p), self._pool.submit(read, p))
+                    self._pending[p] = (cols, self._pool.submit(self._read, read, p))
+
+    def _read(self, read: Callable[[str], Any], path: str) -> tuple[Any, Any]:
+        before = self._stat(path)
+        return before, read(path)
 
     def take(self, path: str, columns: list[str] | None) -> Any | None:
         """The read-ahead result of `path` with exactly these columns, or None (read it yourself)."""
@@ -55,12 +60,11 @@ class ReadAhead:
             entry = self._pending.pop(path, None)
         if entry is None or entry[0] != (tuple(columns) if columns is not None else None):
             return None
-        _, stat, future = entry
         try:
-            result = future.result()
+            stat, result = entry[1].result()
         except (Exception, CancelledError):  # noqa: BLE001 - the batch that owns the file reads it and raises
             return None
-        if stat is None or _stat(path) != stat:
+        if stat is None or self._stat(path) != stat:
             return None
         return result
 
