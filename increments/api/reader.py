@@ -1,4 +1,10 @@
-"""inc.read_stream (streaming sources) and inc.read (static tables for stream-static joins)."""
+"""inc.read_stream (streaming sources) and inc.read (static tables for stream-static joins).
+
+Every path is a local path or a URL (s3://, gs://, az://, abfss://, file://; increments.storage);
+an unknown scheme is refused here, naming it. `storage_options=` (delta-rs' names) add to the
+cloud's environment; a streaming source's own options win over the query's
+(write_stream .option("storage_options", ...)).
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -20,9 +26,10 @@ class _MemoryFrame(StreamFrame):
 
 class DataStreamReader:
     def files(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
-              **options: Any) -> StreamFrame:
+              storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
         from ..sources.files import FileSource
-        return StreamFrame(n.SourceNode(FileSource(path, format, schema, max_files_per_trigger, **options)))
+        return StreamFrame(n.SourceNode(FileSource(path, format, schema, max_files_per_trigger,
+                                                   storage_options=storage_options, **options)))
 
     def json(self, path: str, schema: Any, **kw: Any) -> StreamFrame:
         return self.files(path, "json", schema, **kw)
@@ -42,9 +49,11 @@ class DataStreamReader:
                                                     max_offsets_per_trigger=max_offsets_per_trigger,
                                                     fail_on_data_loss=fail_on_data_loss, **client_config)))
 
-    def delta(self, path: str, max_files_per_trigger: int | None = None, **options: Any) -> StreamFrame:
+    def delta(self, path: str, max_files_per_trigger: int | None = None,
+              storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
         from ..sources.delta import DeltaSource
-        return StreamFrame(n.SourceNode(DeltaSource(path, max_files_per_trigger=max_files_per_trigger, **options)))
+        return StreamFrame(n.SourceNode(DeltaSource(path, max_files_per_trigger=max_files_per_trigger,
+                                                    storage_options=storage_options, **options)))
 
     def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
         from ..sources.memory import MemorySource
@@ -81,29 +90,44 @@ class StaticTable:
 
 
 class DataFrameReader:
-    def delta(self, path: str) -> StaticTable:
+    def delta(self, path: str, storage_options: dict[str, Any] | None = None) -> StaticTable:
+        """The Delta table at `path`, re-read at its latest version every batch."""
+        import os
+
+        from .. import storage
+        path = os.fspath(path)
+        storage.check_scheme(path, "read.delta: path")
+        storage.remember_secrets(storage_options)
+        opts = dict(storage_options or {}) or None
+
         def load():
             from deltalake import DeltaTable
-            dt = DeltaTable(path)
+            dt = DeltaTable(path, storage_options=opts)
             return dt.to_pyarrow_table(), dt.version()
 
         def schema():
             from deltalake import DeltaTable
-            return pa.schema(DeltaTable(path).schema().to_arrow())
-        return StaticTable(f"delta[{path}]", load, schema)
+            return pa.schema(DeltaTable(path, storage_options=opts).schema().to_arrow())
+        return StaticTable(f"delta[{storage.redact_url(path)}]", load, schema)
 
-    def files(self, path: str, format: str = "parquet", schema: Any = None, **options: Any) -> StaticTable:
+    def files(self, path: str, format: str = "parquet", schema: Any = None,
+              storage_options: dict[str, Any] | None = None, **options: Any) -> StaticTable:
+        """The files at `path`, re-read every batch: a single file, a directory's files (no
+        recursion) or a glob's matching files, in name order (names with a segment starting with
+        '.' or '_' are ignored). A path that does not exist fails the load, naming it."""
+        from .. import storage
         from ..sources.files import FileSource
-        src = FileSource(path, format, schema, **options)
+        src = FileSource(path, format, schema, storage_options=storage_options, **options)
 
         def load():
-            tables = [src._read_one(f) for f in src._list()]
+            tables = [src.decode_at(loc, name) for loc, name in src.static_files()]
             return pa.concat_tables(tables) if tables else src.schema().empty_table()
-        return StaticTable(f"files[{path}]", load, src.schema)
+        return StaticTable(f"files[{storage.redact_url(src.path)}]", load, src.schema)
 
-    def parquet_sink(self, path: str) -> pa.Table:
+    def parquet_sink(self, path: str, storage_options: dict[str, Any] | None = None) -> pa.Table:
+        """Every published batch of a format('parquet') sink at `path` (local or URL)."""
         from ..sinks.parquet import read_parquet_sink
-        return read_parquet_sink(path)
+        return read_parquet_sink(path, storage_options)
 
 
 def as_static_node(other: Any) -> n.StaticNode:

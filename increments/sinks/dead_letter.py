@@ -11,6 +11,10 @@ Idempotency: the commit carries the Delta app transaction (app_id "increments-de
 name>", version = batch id). parse_json runs in the process step, which a crash before commits[N]
 repeats; a batch whose id the table already holds is not written again, so each bad row is written
 once. `write` returns the number of bad rows of the batch (also on such a skip) for progress.
+
+Where: a local path or a URL (s3://, gs://, az://, abfss://, file://; an unknown scheme is refused
+when the target is made). deltalake gets this target's storage_options over the query-level ones
+(the batch context's `storage_options`, when the engine provides them).
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .. import storage
+
 SCHEMA = pa.schema([("value", pa.binary()), ("value_text", pa.string()), ("topic", pa.string()),
                     ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
                     ("reason", pa.string()), ("query_name", pa.string()), ("batch_id", pa.int64()),
@@ -28,13 +34,20 @@ SCHEMA = pa.schema([("value", pa.binary()), ("value_text", pa.string()), ("topic
 
 class DeltaDeadLetter:
     def __init__(self, path: str, value_column: str = "value", storage_options: dict | None = None):
-        self.path = path if "://" in path else os.path.abspath(path)
+        path = os.fspath(path)
+        storage.check_scheme(path, "dead_letter.delta: path")
+        self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
         self.value_column = value_column
-        self.storage_options = storage_options
+        self.storage_options = dict(storage_options or {})
+        storage.remember_secrets(self.storage_options)
 
     @property
     def description(self) -> str:
-        return f"DeadLetterDelta[{self.path}]"
+        return f"DeadLetterDelta[{storage.redact_url(self.path)}]"
+
+    def options(self, ctx: Any) -> dict | None:
+        """This target's storage_options over the query's (ctx.storage_options, if any)."""
+        return {**(getattr(ctx, "storage_options", None) or {}), **self.storage_options} or None
 
     def __repr__(self) -> str:
         return self.description
@@ -64,12 +77,13 @@ class DeltaDeadLetter:
         if bad_rows.num_rows == 0:
             return 0
         app_id = f"increments-dead-letter:{ctx.query_name}"
-        if DeltaTable.is_deltatable(self.path, storage_options=self.storage_options):
-            done = DeltaTable(self.path, storage_options=self.storage_options).transaction_version(app_id)
+        opts = self.options(ctx)
+        if DeltaTable.is_deltatable(self.path, storage_options=opts):
+            done = DeltaTable(self.path, storage_options=opts).transaction_version(app_id)
             if done is not None and int(done) >= ctx.batch_id:
                 return bad_rows.num_rows
         write_deltalake(self.path, self.rows(ctx, bad_rows, reasons), mode="append",
-                        commit_properties=commit_properties(app_id, ctx.batch_id), storage_options=self.storage_options)
+                        commit_properties=commit_properties(app_id, ctx.batch_id), storage_options=opts)
         return bad_rows.num_rows
 
 

@@ -12,6 +12,11 @@ crash between the sink commit and commits[N]) and nothing is written.
 
 `add_batch` returns the table version it wrote (or the current one on a skipped replay) for lineage.
 Options: `partition_by` (comma-separated columns, used when the table is created), `storage_options`.
+
+Where: a local path or a URL (s3://, gs://, az://, abfss://, file://); an unknown scheme is refused
+at open(). Every deltalake call gets the storage_options: the sink's own over the query-level ones
+(SinkContext.storage_options). On S3 delta-rs (>= 1.0) commits with conditional puts
+(If-None-Match), so concurrent writers cannot overwrite each other's commit without a lock table.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .base import Sink, SinkResult
+from .. import storage
+from .base import Sink, SinkContext, SinkResult
 
 
 def commit_properties(app_id: str, batch_id: int):
@@ -45,15 +51,24 @@ class DeltaSink(Sink):
     def __init__(self, path: str | None, options: dict[str, Any] | None = None):
         if not path:
             raise ValueError("format('delta') needs a table path: .start('lake/gold/table')")
-        self.path = path if "://" in path else os.path.abspath(path)
+        path = os.fspath(path)
+        self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
         options = dict(options or {})
         pb = options.get("partition_by") or options.get("partitionBy")
         self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else None)
-        self.storage_options = options.get("storage_options")
+        self.own_storage_options = dict(options.get("storage_options") or {})
+        storage.remember_secrets(self.own_storage_options)
+        self.storage_options: dict | None = self.own_storage_options or None
 
     @property
     def description(self) -> str:
-        return f"DeltaSink[{self.path}]"
+        return f"DeltaSink[{storage.redact_url(self.path)}]"
+
+    def open(self, ctx: SinkContext) -> None:
+        """Refuses an unknown scheme; merges the sink's storage_options over the query's."""
+        storage.check_scheme(self.path, "format('delta') path")
+        super().open(ctx)
+        self.storage_options = {**(getattr(ctx, "storage_options", None) or {}), **self.own_storage_options} or None
 
     def _table(self):
         from deltalake import DeltaTable

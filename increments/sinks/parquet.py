@@ -1,57 +1,90 @@
-"""format("parquet"): one directory per batch id, published atomically, plus a manifest.
+"""format("parquet"): one data object per batch (and attempt), published by a manifest entry.
 
-Layout under the sink path: `batch_id=<N>/part-0.parquet` and `_manifest/<N>.json`. A batch is
-written into `_tmp-<N>-<uuid>/` and renamed into place; the manifest entry is written last.
-Readers (`inc.read.parquet_sink(path)`) see only batches with a manifest entry, so a crash mid-
-write is never visible; a replayed batch replaces its directory (same rows, same id). Append
-mode only, as Spark's file sink.
+Layout under the sink path (a local path or a URL: s3://, gs://, az://, abfss://, file://; an
+unknown scheme is refused at open()): ``batch_id=<N>/part-0-<token>.parquet`` and
+``_manifest/<N>.json`` naming the batch's files. Both are written create-only, the data object
+first under a name unique to the attempt (the token), then the manifest entry.
+
+Recovery rule: a batch is published when its manifest entry exists, and then never changes.
+add_batch(N) finds _manifest/N.json already there -> the batch is a replay (a redo after a crash
+between the manifest and commits[N]; the rows are the same) and nothing is written. An attempt that
+loses the race for the manifest (a concurrent runner published N first) deletes its own data
+object (no one references it) and reports a replay. Readers (`inc.read.parquet_sink(path)`) read
+only the files manifests name, so a crash mid-write leaves an unreferenced object, never a visible
+partial batch. No rename and no lock: this works on object stores. Append mode only, as Spark's
+file sink. storage_options: the sink's own (`.option("storage_options", ...)`) over the query's.
 """
 from __future__ import annotations
 
-import glob
+import io
+import json
 import os
-import shutil
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..checkpoint.metadata import atomic_write_json, read_json
-from .base import Sink, SinkResult
+from .. import storage
+from ..storage import Location
+from .base import Sink, SinkContext, SinkResult
 
 
 class ParquetSink(Sink):
     supported_modes = ("append",)
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, options: dict[str, Any] | None = None):
         if not path:
             raise ValueError("format('parquet') needs a path: .start('out/dir')")
-        self.path = os.path.abspath(path)
+        path = os.fspath(path)
+        self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
+        self.own_storage_options = dict((options or {}).get("storage_options") or {})
+        storage.remember_secrets(self.own_storage_options)
+        self.loc: Location | None = None
 
     @property
     def description(self) -> str:
-        return f"FileSink[{self.path}]"
+        return f"FileSink[{storage.redact_url(self.path)}]"
+
+    def open(self, ctx: SinkContext) -> None:
+        storage.check_scheme(self.path, "format('parquet') path")
+        super().open(ctx)
+        self.loc = storage.location(self.path, {**(getattr(ctx, "storage_options", None) or {}),
+                                                **self.own_storage_options})
 
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
-        final = os.path.join(self.path, f"batch_id={batch_id}")
-        manifest = os.path.join(self.path, "_manifest", f"{batch_id}.json")
-        replay = os.path.exists(manifest)
-        tmp = os.path.join(self.path, f"_tmp-{batch_id}-{uuid.uuid4().hex}")
-        os.makedirs(tmp)
-        pq.write_table(table, os.path.join(tmp, "part-0.parquet"))
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        atomic_write_json(manifest, {"batch_id": batch_id, "files": ["part-0.parquet"], "num_rows": table.num_rows,
-                                     "query_id": self.ctx.query_id})
-        for stale in glob.glob(os.path.join(self.path, f"_tmp-{batch_id}-*")):
-            shutil.rmtree(stale, ignore_errors=True)
-        return SinkResult(table.num_rows, version=batch_id, skipped_replay=replay)
+        """See the module doc: skip a published batch, else data object then manifest, create-only."""
+        loc = self.loc
+        assert loc is not None, "open() the sink first"
+        manifest = f"_manifest/{batch_id}.json"
+        if loc.exists(manifest):
+            return SinkResult(0, version=batch_id, skipped_replay=True)
+        part = f"part-0-{uuid.uuid4().hex}.parquet"
+        data = f"batch_id={batch_id}/{part}"
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        loc.write_bytes(data, buf.getvalue(), create_only=True)
+        body = {"batch_id": batch_id, "files": [part], "num_rows": table.num_rows, "query_id": self.ctx.query_id}
+        try:
+            loc.write_bytes(manifest, json.dumps(body, sort_keys=True).encode(), create_only=True)
+        except FileExistsError:
+            loc.delete(data)
+            return SinkResult(0, version=batch_id, skipped_replay=True)
+        return SinkResult(table.num_rows, version=batch_id)
 
 
-def read_parquet_sink(path: str) -> pa.Table:
-    """Every committed batch of a parquet sink, in batch order (partial writes are invisible)."""
-    entries = sorted((read_json(p) for p in glob.glob(os.path.join(path, "_manifest", "*.json"))),
-                     key=lambda e: e["batch_id"])
-    tables = [pq.read_table(os.path.join(path, f"batch_id={e['batch_id']}", f)) for e in entries for f in e["files"]]
+def read_parquet_sink(path: str, storage_options: dict[str, Any] | None = None) -> pa.Table:
+    """Every published batch of a parquet sink, in batch order (unpublished writes are invisible)."""
+    loc = storage.location(os.fspath(path), storage_options)
+    entries = []
+    for o in loc.list("_manifest/"):
+        if o.name.endswith(".json"):
+            entries.append(json.loads(loc.read_bytes(o.name)))
+    entries.sort(key=lambda e: int(e["batch_id"]))
+    tables = []
+    for e in entries:
+        for f in e["files"]:
+            name = f"batch_id={e['batch_id']}/{f}"
+            local = loc.local_path(name)
+            tables.append(pq.read_table(local) if local is not None else pq.read_table(io.BytesIO(loc.read_bytes(name))))
     return pa.concat_tables(tables) if tables else pa.table({})

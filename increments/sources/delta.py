@@ -13,9 +13,15 @@ dataChange=true (delete, update, overwrite) fails the batch naming the version, 
 `ignore_changes=True` (then its added files are read and the removals ignored, as Spark's
 ignoreChanges). Commits that only compact files (dataChange=false) are skipped.
 If the log's JSON for a needed version is gone (log cleanup), the batch fails naming the version.
+
+Where: `path` is a local path or a URL (s3://, gs://, az://, abfss://, file://; unknown schemes are
+refused when the source is made). The log's JSON and the data files are read through
+increments.storage; DeltaTable (schema, latest version) gets the same storage_options: this
+source's own `storage_options=` over the query's (Source.open).
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from typing import Any
@@ -24,16 +30,23 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import storage
 from ..errors import DataLossError, MalformedInputError
+from ..storage import Location
 from .base import Source
 
 
 class DeltaSource(Source):
-    _per_query = {"_target": None}
+    _per_query = {"_target": None, "_loc": None}
 
     def __init__(self, path: str, max_files_per_trigger: int | None = None, ignore_changes: bool = False,
-                 **options: Any):
-        self.path = os.path.abspath(path)
+                 storage_options: dict[str, Any] | None = None, **options: Any):
+        path = os.fspath(path)
+        storage.check_scheme(path, "read_stream.delta: path")
+        self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
+        self.storage_options = dict(storage_options or {})
+        storage.remember_secrets(self.storage_options)
+        self._loc: Location | None = None
         if max_files_per_trigger is not None and int(max_files_per_trigger) < 1:
             raise ValueError("max_files_per_trigger must be >= 1")
         self.max_files = int(max_files_per_trigger) if max_files_per_trigger else None
@@ -44,40 +57,57 @@ class DeltaSource(Source):
 
     @property
     def description(self) -> str:
-        return f"DeltaSource[{self.path}]"
+        return f"DeltaSource[{storage.redact_url(self.path)}]"
+
+    def options(self) -> dict[str, Any]:
+        """The storage options: this source's own over the query's."""
+        return {**self.query_storage_options, **self.storage_options}
+
+    def open(self, checkpoint: Any, index: int, query_name: str, storage_options: dict | None = None) -> None:
+        super().open(checkpoint, index, query_name, storage_options)
+        self._loc = None
+
+    def table(self):
+        from deltalake import DeltaTable
+        return DeltaTable(self.path, storage_options=self.options() or None)
+
+    def location(self) -> Location:
+        if self._loc is None:
+            self._loc = storage.location(self.path, self.options())
+        return self._loc
 
     def schema(self) -> pa.Schema:
         if self._schema is None:
-            from deltalake import DeltaTable
             try:
-                self._schema = pa.schema(DeltaTable(self.path).schema().to_arrow())
+                self._schema = pa.schema(self.table().schema().to_arrow())
             except Exception as e:  # noqa: BLE001
-                raise MalformedInputError(f"read_stream.delta({self.path!r}): not a Delta table ({e}); create the "
-                                          "table first (a stream needs its schema)") from e
+                raise MalformedInputError(f"read_stream.delta({storage.redact_url(self.path)!r}): not a Delta table "
+                                          f"({storage.redact(e)}); create the table first (a stream needs its "
+                                          "schema)") from None
         return self._schema
 
     def initial_offset(self) -> dict:
         return {"version": 0, "index": 0}
 
     def _latest_version(self) -> int:
-        from deltalake import DeltaTable
-        return DeltaTable(self.path).version()
+        return self.table().version()
 
     def _commit_adds(self, version: int) -> list[dict]:
         if version in self._adds:
             return self._adds[version]
-        f = os.path.join(self.path, "_delta_log", f"{version:020d}.json")
-        if not os.path.exists(f):
-            raise DataLossError(self.fail(f"the log entry of version {version} ({f}) is gone (log cleanup?); "
-                                          "start a new query with a new checkpoint"))
+        name = f"_delta_log/{version:020d}.json"
+        try:
+            text = self.location().read_bytes(name).decode()
+        except FileNotFoundError:
+            raise DataLossError(self.fail(f"the log entry of version {version} ({self.location().join(name)}) is gone "
+                                          "(log cleanup?); start a new query with a new checkpoint")) from None
         adds, removes = [], 0
-        with open(f) as fh:
-            for line in fh:
-                action = json.loads(line) if line.strip() else {}
-                if "add" in action and action["add"].get("dataChange", True):
-                    adds.append(action["add"])
-                elif "remove" in action and action["remove"].get("dataChange", True):
-                    removes += 1
+        for line in text.splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action and action["add"].get("dataChange", True):
+                adds.append(action["add"])
+            elif "remove" in action and action["remove"].get("dataChange", True):
+                removes += 1
         if removes and not self.ignore_changes:
             raise MalformedInputError(self.fail(
                 f"version {version} of the table removed or rewrote {removes} data files (delete, update, merge or "
@@ -129,11 +159,16 @@ class DeltaSource(Source):
             raise MalformedInputError(self.fail(f"file {add['path']} has a deletion vector; a Delta stream source "
                                                 "reads appends only"))
         rel = unquote(add["path"])
-        path = rel if "://" in rel or os.path.isabs(rel) else os.path.join(self.path, rel)
+        if "://" in rel or os.path.isabs(rel):
+            parent, _, name = rel.rpartition("/")
+            loc = storage.location(parent or "/", self.options())
+        else:
+            loc, name = self.location(), rel
         try:
-            t = pq.read_table(path)
+            local = loc.local_path(name)
+            t = pq.read_table(local) if local is not None else pq.read_table(io.BytesIO(loc.read_bytes(name)))
         except FileNotFoundError as e:
-            raise DataLossError(self.fail(f"data file {path} is gone (vacuumed?); start a new query")) from e
+            raise DataLossError(self.fail(f"data file {loc.join(name)} is gone (vacuumed?); start a new query")) from e
         parts = add.get("partitionValues") or {}
         cols = []
         for f in schema:
