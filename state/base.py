@@ -1,19 +1,26 @@
 """The versioned state store interface.
 
 A *store* holds the state of one (operator, partition) of a query, loaded at some version.
-Files live under ``<checkpoint_dir>/state/<operator>/<partition>/``.
+Its files live under ``checkpoint.child("state", operator, str(partition))`` on any
+``increments.storage.Location`` (local disk or an object store); see state.files for the layout.
 
 Version protocol (version == batch id)
 --------------------------------------
-* Batch N opens version N-1 (``-1`` = empty, before any commit), reads and writes, then
-  ``commit(N)``.  Every batch commits every partition, even with no changes (cheap).
+* Batch N opens version N-1 with the token the commit log records for it (``-1`` = empty, before
+  any commit), reads and writes, then ``commit(N)``; ``store.token`` is then the token of the new
+  version N (a fresh uuid per commit attempt), which the engine records in commits[N].
+  Every batch commits every partition, even with no changes (cheap).
 * ``abort()`` (or ``close()`` without commit) discards the batch's changes; the store is back
   at the loaded version.
-* A redo of batch N opens N-1 again and commits N again: the new content replaces the old N
-  and any version above N is discarded.
+* A redo of batch N opens N-1 again and commits N again under a new token. Nothing of the
+  earlier attempt is overwritten or deleted: every file is written create-only under a name that
+  carries its version and token, and each version records its parent token. Two attempts of one
+  batch (a redo, or a zombie runner that lost the fence) therefore both leave their version
+  loadable by token; the commit log decides which one counts.
 * Recovery rule: a crash between any two steps of a commit leaves version N-1 loadable; the
-  version N is either absent or complete (written atomically: temp file + rename), and the
-  next attempt produces the same version N.
+  attempt's version N is either absent or complete (each object is written whole).
+* Retention deletes only versions below the newest snapshot of the store's own lineage at or below
+  ``N - retention_versions + 1`` (and below N): files every attempt of N shares, none a winner needs.
 
 Threading: a store is used by one thread at a time; distinct (operator, partition) stores of
 one provider may be used from different threads.  At most one open store per
@@ -47,6 +54,7 @@ class StateStore(ABC):
     operator: str
     partition: int
     version: int
+    token: str = ""       # the token of `version` ("" for -1); after commit, the new version's
 
     @abstractmethod
     def get(self, key: bytes) -> bytes | None: ...
@@ -110,17 +118,23 @@ class StateStoreProvider(ABC):
     """Opens stores of one checkpoint.  ``close()`` waits for background work and closes
     every open store and working copy."""
 
-    def __init__(self, checkpoint_dir: str, *, changelog_checkpointing: bool = True,
-                 snapshot_interval: int = 10, retention_versions: int = 100):
+    def __init__(self, checkpoint, *, changelog_checkpointing: bool = True,
+                 snapshot_interval: int = 10, retention_versions: int = 100,
+                 storage_options: dict | None = None):
+        from increments import storage
         if snapshot_interval < 1 or retention_versions < 1:
             raise ValueError("snapshot_interval and retention_versions must be >= 1")
-        self.checkpoint_dir = str(checkpoint_dir)
+        self.checkpoint = storage.location(checkpoint, storage_options)
+        self.checkpoint_dir = self.checkpoint.url          # for messages
         self.changelog_checkpointing = changelog_checkpointing
         self.snapshot_interval = snapshot_interval
         self.retention_versions = retention_versions
 
     @abstractmethod
-    def open(self, operator: str, partition: int, version: int) -> StateStore: ...
+    def open(self, operator: str, partition: int, version: int, token: str | None = None) -> StateStore:
+        """The store of (operator, partition) at ``version`` as written by the attempt ``token``
+        (the token the commit log records; None: version -1, or the only attempt that wrote
+        ``version`` -- StateStoreError when there are several)."""
 
     @abstractmethod
     def latest_version(self, operator: str, partition: int) -> int: ...
@@ -138,12 +152,15 @@ class StateStoreProvider(ABC):
 PROVIDERS = ("rocksdb", "memory")
 
 
-def make_provider(name: str, checkpoint_dir: str, **conf) -> StateStoreProvider:
-    """``name`` is "rocksdb" or "memory"; conf goes to the provider's constructor."""
+def make_provider(name: str, checkpoint, *, local_dir: str | None = None, **conf) -> StateStoreProvider:
+    """``name`` is "rocksdb" or "memory"; ``checkpoint`` a Location or a path/URL string
+    (``storage.location`` turns it into one; ``storage_options=`` in conf go with it);
+    ``local_dir`` is the root of the local caches (RocksDB working copies, see storage.private_dir);
+    the rest of conf goes to the provider's constructor."""
     if name == "memory":
         from .memory import MemoryStateStoreProvider
-        return MemoryStateStoreProvider(checkpoint_dir, **conf)
+        return MemoryStateStoreProvider(checkpoint, **conf)
     if name == "rocksdb":
         from .rocksdb_provider import RocksDBStateStoreProvider
-        return RocksDBStateStoreProvider(checkpoint_dir, **conf)
+        return RocksDBStateStoreProvider(checkpoint, local_dir=local_dir, **conf)
     raise ValueError(f"unknown state_store {name!r}: expected one of {', '.join(PROVIDERS)}")

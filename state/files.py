@@ -1,157 +1,204 @@
-"""Checkpoint file helpers shared by the providers.
+"""The checkpoint files of a state store, on any ``increments.storage.Location``.
 
-Per-store directory ``<checkpoint>/state/<operator>/<partition>/`` holds:
+Per store: ``checkpoint.child("state", <operator>, <partition>)`` holds
 
-* ``<v>.delta`` (memory) / ``<v>.changelog`` (rocksdb): the batch's puts and deletes, an Arrow
-  IPC file with columns key (binary) and value (binary, null = delete); its schema metadata
-  holds ``{"version", "token", "rows"}`` (rows = exact row count after the version).
-* ``<v>.snapshot``: a full copy of version v (memory: an Arrow IPC file of all rows;
-  rocksdb: a directory holding a RocksDB checkpoint plus ``_meta.json``).
-* ``.tmp-*``: in-flight writes; ignored by readers and removed by the next commit.
+* ``<v>.<token>.delta`` (memory) / ``<v>.<token>.changelog`` (rocksdb): the puts and deletes of the
+  attempt ``token`` that built version v, an Arrow IPC file with columns key (binary) and value
+  (binary, null = delete). Its schema metadata ``increments`` is JSON
+  ``{"version", "token", "parent", "rows"}``: ``parent`` is the token of version v-1 this version was
+  built on ("" for v = 0), ``rows`` the exact row count after v.
+* ``<v>.<token>.snapshot``: a full copy of version v of attempt ``token`` (memory: one Arrow IPC
+  object with the same metadata; rocksdb: a prefix ``<v>.<token>.snapshot/`` holding the files of a
+  RocksDB checkpoint, then ``_meta.json`` with the same fields, written last: a prefix without it is
+  incomplete and ignored).
 
-Every file or directory is written under a ``.tmp-`` name and renamed into place, so a
-version is either absent or complete.
+Every object is written once, create-only (``put``), under a name no other attempt uses (the token
+is a fresh uuid per commit), so two attempts of one batch (a redo, or a zombie that lost the fence)
+never overwrite each other: each version has one file set per token, and the commit log names the
+authoritative token. Loading (v, token) follows ``parent`` tokens back to a complete snapshot on
+that lineage (or to version -1, empty), then replays forward (``trace``).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import uuid
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-_NAME = re.compile(r"^(\d+)\.(delta|changelog|snapshot)$")
+from .base import StateStoreError
+
+_NAME = re.compile(r"^(\d+)\.([0-9A-Za-z_-]+)\.(delta|changelog|snapshot)(?:/(.+))?$")
 _SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
-
-
-def store_dir(checkpoint_dir: str, operator: str, partition: int) -> str:
-    return os.path.join(checkpoint_dir, "state", operator, str(partition))
+META = "_meta.json"
 
 
 def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def tmp_path(directory: str, name: str) -> str:
-    return os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
+def put(loc, name: str, data: bytes) -> None:
+    """The one write primitive of the state store: create-only (FileExistsError when taken).
+    A module function so that the crash tests can stop a process right before or after it."""
+    loc.write_bytes(name, data, create_only=True)
 
 
-def replace(src: str, dst: str) -> None:
-    """The commit point of a file: atomic rename (a separate function so tests can crash here)."""
-    os.replace(src, dst)
+def log_name(version: int, token: str, kind: str) -> str:
+    return f"{version}.{token}.{kind}"
 
 
-def fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def snapshot_name(version: int, token: str) -> str:
+    return f"{version}.{token}.snapshot"
 
 
-def list_versions(directory: str) -> dict[str, set[int]]:
-    """{"delta"|"changelog"|"snapshot": {versions}} of the complete files in ``directory``."""
-    out: dict[str, set[int]] = {"delta": set(), "changelog": set(), "snapshot": set()}
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return out
-    for n in names:
-        m = _NAME.match(n)
-        if m:
-            out[m.group(2)].add(int(m.group(1)))
-    return out
-
-
-def remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-
-
-def remove_tmp(directory: str) -> None:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    for n in names:
-        if n.startswith(".tmp-"):
-            remove(os.path.join(directory, n))
-
-
-def write_rows(path: str, keys: list[bytes], values: list, meta: dict) -> None:
-    """Atomically write an Arrow IPC file of (key, value) rows with JSON metadata."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = tmp_path(directory, os.path.basename(path))
+# -- rows files -----------------------------------------------------------------------------------
+def encode_rows(keys: list[bytes], values: list, meta: dict) -> bytes:
+    """An Arrow IPC file of (key, value) rows whose schema metadata holds ``meta``."""
     table = pa.Table.from_arrays(
         [pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
         schema=_SCHEMA.with_metadata({"increments": json.dumps(meta)}))
-    with pa.OSFile(tmp, "wb") as f:
-        with pa.ipc.new_file(f, table.schema) as w:
-            w.write_table(table, max_chunksize=1 << 20)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    replace(tmp, path)
-    fsync_dir(directory)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=1 << 20)
+    return sink.getvalue().to_pybytes()
 
 
-def read_meta(path: str) -> dict:
-    """The metadata of a rows file (reads only the footer/schema)."""
-    with pa.memory_map(path) as src:
-        md = pa.ipc.open_file(src).schema.metadata or {}
-    return json.loads(md[b"increments"])
-
-
-def read_rows(path: str) -> tuple[dict, list[bytes], list]:
-    with pa.memory_map(path) as src:
-        reader = pa.ipc.open_file(src)
-        table = reader.read_all()
+def decode_rows(data: bytes) -> tuple[dict, list[bytes], list]:
+    table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
     meta = json.loads(table.schema.metadata[b"increments"])
     return meta, table.column("key").to_pylist(), table.column("value").to_pylist()
 
 
+def decode_meta(data: bytes) -> dict:
+    return json.loads(pa.ipc.open_file(pa.BufferReader(data)).schema.metadata[b"increments"])
+
+
 def write_json(path: str, obj) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = tmp_path(directory, os.path.basename(path))
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    replace(tmp, path)
+    """Atomically write a JSON file at a local path (kept for callers outside the state store)."""
+    from increments.storage import location
+    location(os.path.dirname(os.path.abspath(path))).write_bytes(os.path.basename(path), json.dumps(obj).encode())
 
 
-def plan_chain(versions: dict[str, set[int]], target: int, log_kind: str) -> tuple[int, list[int]]:
-    """Pick how to rebuild ``target``: (snapshot version or -1 for empty, logs to replay).
+# -- the listing of a store -----------------------------------------------------------------------
+@dataclass
+class Listing:
+    """What one LIST of a store directory shows: every (version, token) with its objects."""
+    logs: dict[tuple[int, str], str] = field(default_factory=dict)              # -> object name
+    snapshots: dict[tuple[int, str], list[str]] = field(default_factory=dict)   # complete ones -> objects
+    partial: dict[tuple[int, str], list[str]] = field(default_factory=dict)     # rocksdb, no _meta.json yet
+    log_kinds: set[str] = field(default_factory=set)
 
-    Uses the newest snapshot s <= target such that logs s+1..target all exist.
-    Raises LookupError when no such chain exists.
-    """
-    logs = versions[log_kind]
-    snaps = sorted((s for s in versions["snapshot"] if s <= target), reverse=True) + [-1]
-    for s in snaps:
-        need = range(s + 1, target + 1)
-        if all(v in logs for v in need):
-            return s, list(need)
-    raise LookupError(f"no snapshot+{log_kind} chain reaches version {target} "
-                      f"(snapshots {sorted(versions['snapshot'])}, {log_kind}s {sorted(logs)})")
+    def candidates(self, version: int) -> set[str]:
+        return {t for (v, t) in list(self.logs) + list(self.snapshots) if v == version}
+
+    def latest(self) -> int:
+        return max((v for v, _ in list(self.logs) + list(self.snapshots)), default=-1)
+
+    def snapshot_is_dir(self, key: tuple[int, str]) -> bool:
+        return any("/" in n for n in self.snapshots.get(key, []))
+
+    def objects_below(self, bound: int) -> list[str]:
+        """Every object of every attempt of the versions < bound (complete or not)."""
+        out = [n for (v, _), n in self.logs.items() if v < bound]
+        for d in (self.snapshots, self.partial):
+            out += [n for (v, _), names in d.items() if v < bound for n in names]
+        return out
 
 
-def cleanup_plan(versions: dict[str, set[int]], latest: int, retention: int) -> int:
-    """Files of versions below the returned bound may be deleted: the newest snapshot at or
-    below the oldest retained version (latest - retention + 1); -1 when nothing may go."""
-    oldest = latest - retention + 1
-    snaps = [s for s in versions["snapshot"] if s <= oldest]
-    return max(snaps) if snaps else -1
+def list_store(loc) -> Listing:
+    """One LIST of the store directory, parsed (unknown names are ignored)."""
+    out = Listing()
+    dirs: dict[tuple[int, str], list[str]] = {}
+    for o in loc.list():
+        m = _NAME.match(o.name)
+        if not m:
+            continue
+        key = (int(m.group(1)), m.group(2))
+        kind, sub = m.group(3), m.group(4)
+        if kind != "snapshot":
+            if sub is None:
+                out.logs[key] = o.name
+                out.log_kinds.add(kind)
+        elif sub is None:
+            out.snapshots[key] = [o.name]
+        else:
+            dirs.setdefault(key, []).append(o.name)
+    for key, names in dirs.items():
+        complete = any(n.endswith("/" + META) for n in names)
+        (out.snapshots if complete else out.partial)[key] = names
+    return out
+
+
+# -- loading: follow the lineage back to a snapshot ---------------------------------------------------
+def resolve_token(listing: Listing, version: int, token: str | None, where: str) -> str:
+    """The token of ``version`` to load: ``token`` when given, else the only candidate."""
+    if version < 0:
+        return ""
+    if token is not None:
+        return token
+    cands = listing.candidates(version)
+    if not cands:
+        raise StateStoreError(f"cannot load state version {version} of {where}: it does not exist "
+                              f"(latest is {listing.latest()})")
+    if len(cands) > 1:
+        raise StateStoreError(f"cannot load state version {version} of {where}: it was written by {len(cands)} "
+                              f"attempts (tokens {', '.join(sorted(cands))}); pass the token the commit log "
+                              "records for it")
+    return next(iter(cands))
+
+
+@dataclass
+class Trace:
+    """How to build (version, token): start from ``snapshot`` ((v, token) or None = empty), then
+    apply ``logs`` (meta, keys, values) in order. ``lineage`` maps each version from the snapshot's
+    (or 0) to ``version`` to its token on this chain."""
+    snapshot: tuple[int, str] | None
+    logs: list[tuple[dict, list[bytes], list]]
+    lineage: dict[int, str]
+    listing: Listing | None = None
+
+
+def trace(loc, listing: Listing, version: int, token: str, log_kind: str, where: str) -> Trace:
+    """Walk back from (version, token) through each log's parent token to a complete snapshot on
+    that lineage (or version -1), reading the logs on the way. StateStoreError when a link is missing."""
+    logs, lineage = [], {}
+    v, tok = version, token
+    snap = None
+    while v >= 0:
+        lineage[v] = tok
+        if (v, tok) in listing.snapshots:
+            snap = (v, tok)
+            break
+        name = listing.logs.get((v, tok))
+        if name is None or not name.endswith("." + log_kind):
+            what = f"version {v} (token {tok})" + (f", an ancestor of version {version}," if v != version else "")
+            raise StateStoreError(f"cannot load state version {version} of {where}: {what} has neither a "
+                                  f"snapshot nor a {log_kind} in {loc.url} (deleted by retention, or never written)")
+        try:
+            meta, keys, values = decode_rows(loc.read_bytes(name))
+        except FileNotFoundError as e:
+            raise StateStoreError(f"cannot load state version {version} of {where}: {e}") from None
+        if meta.get("version") != v or meta.get("token") != tok:
+            raise StateStoreError(f"cannot load state version {version} of {where}: {name} records "
+                                  f"version {meta.get('version')} token {meta.get('token')}")
+        logs.append((meta, keys, values))
+        tok = meta.get("parent", "")
+        v -= 1
+    logs.reverse()
+    return Trace(snap, logs, lineage, listing)
+
+
+# -- retention --------------------------------------------------------------------------------------
+def cleanup_bound(listing: Listing, latest: int, retention: int, lineage: dict[int, str]) -> int:
+    """Objects of versions below the returned bound may be deleted (-1: nothing may go).
+
+    The bound is the newest complete snapshot *on this store's lineage* (its token is the lineage's
+    token of its version) at or below ``latest - retention + 1`` and below ``latest``. Versions below
+    ``latest`` are shared with every other attempt of ``latest`` (all of them were built on the
+    version the commit log names), so a losing attempt never deletes what a winner needs: everything
+    from a snapshot of the shared lineage on is kept, whatever the winner's tokens above it."""
+    cap = min(latest - retention + 1, latest - 1)
+    found = [v for (v, t) in listing.snapshots if v <= cap and lineage.get(v) == t]
+    return max(found, default=-1)

@@ -1,25 +1,24 @@
 """In-memory state store provider: a dict plus a sorted key index, versioned as delta files
-with a full snapshot every ``snapshot_interval`` versions.
+with a full snapshot every ``snapshot_interval`` versions (layout: state.files).
 
-Commit of version N (each step leaves N-1 loadable, see state.base):
-  1. prepare: drop in-flight temp files, files of versions > N and a stale snapshot N
-  2. write ``N.delta`` (the keys touched by the batch: new value or null = deleted),
-     atomically -- from here N is committed
-  3. if N % snapshot_interval == 0: write ``N.snapshot`` (all rows), atomically
-  4. cleanup: delete versions no longer needed for the last ``retention_versions``
+Commit of version N under a fresh token T (each step leaves N-1 loadable, see state.base):
+  1. write ``N.T.delta`` create-only (the keys touched by the batch: new value or null =
+     deleted; metadata names the parent token) -- from here (N, T) is loadable
+  2. if N % snapshot_interval == 0: write ``N.T.snapshot`` (all rows) create-only,
+     then cleanup (state.filebacked)
 
-Loading V: if this provider holds V in memory (it committed or loaded it) reuse it;
-otherwise rebuild from the newest snapshot <= V plus the deltas after it.
+Loading (V, token): if this provider holds exactly (V, token) in memory (it committed or loaded
+it) reuse it -- no request to the store; otherwise rebuild from the lineage of (V, token): its
+newest snapshot plus the deltas after it (state.files.trace).
 Abort restores the loaded version from an undo log (no copy of the state is taken).
 """
 from __future__ import annotations
 
-import os
-import threading
 from typing import Iterator
 
 from . import files
-from .base import StateMetrics, StateStore, StateStoreError, StateStoreProvider
+from .base import StateMetrics, StateStore, StateStoreError
+from .filebacked import FileBackedProvider
 from .sortedkeys import SortedKeys
 
 _ROW_OVERHEAD = 120  # rough per-row cost of dict entry + bytes headers + index slot
@@ -38,7 +37,7 @@ class MemoryStateStore(StateStore):
                  loaded: _Loaded):
         self._provider, self.operator, self.partition = provider, operator, partition
         self._s = loaded
-        self.version = loaded.version
+        self.version, self.token = loaded.version, loaded.token
         self._undo: dict[bytes, bytes | None] = {}
         self._bytes_at_load = loaded.bytes
         self._updated = self._removed = 0
@@ -88,9 +87,10 @@ class MemoryStateStore(StateStore):
     def commit(self, version: int) -> int:
         self._check_open()
         self._check_commit_version(version)
-        token = self._provider._commit(self, version)
+        keys, values = self._delta()
+        token = self._provider._commit(self, version, keys, values, len(self._s.data))
         self._s.version, self._s.token = version, token
-        self.version = version
+        self.version, self.token = version, token
         self._undo.clear()
         self._bytes_at_load = self._s.bytes
         self._updated = self._removed = 0
@@ -132,105 +132,61 @@ class MemoryStateStore(StateStore):
                                   "store is closed")
 
 
-class MemoryStateStoreProvider(StateStoreProvider):
-    def __init__(self, checkpoint_dir: str, **conf):
-        super().__init__(checkpoint_dir, **conf)
+class MemoryStateStoreProvider(FileBackedProvider):
+    log_kind = "delta"
+
+    def __init__(self, checkpoint, **conf):
+        super().__init__(checkpoint, **conf)
         self._loaded: dict[tuple[str, int], _Loaded] = {}
-        self._active: dict[tuple[str, int], MemoryStateStore] = {}
-        self._lock = threading.Lock()
 
-    def _dir(self, operator: str, partition: int) -> str:
-        return files.store_dir(self.checkpoint_dir, operator, partition)
-
-    def latest_version(self, operator: str, partition: int) -> int:
-        v = files.list_versions(self._dir(operator, partition))
-        return max(v["delta"] | v["snapshot"], default=-1)
-
-    def open(self, operator: str, partition: int, version: int) -> MemoryStateStore:
-        """Open (operator, partition) at ``version``; a store previously opened for the same
-        (operator, partition) is aborted and closed."""
+    def _load(self, operator: str, partition: int, version: int, token: str | None) -> MemoryStateStore:
         key = (operator, partition)
-        with self._lock:
-            prev = self._active.pop(key, None)
-        if prev is not None:
-            prev.close()
         cached = self._loaded.get(key)
-        if cached is None or cached.version != version:
+        if cached is None or cached.version != version or (
+                version >= 0 and cached.token != self.resolve(operator, partition, version, token)):
             self._loaded.pop(key, None)
-            cached = self._rebuild(operator, partition, version)
+            cached = self._rebuild(operator, partition, version, token)
             self._loaded[key] = cached
-        store = MemoryStateStore(self, operator, partition, cached)
-        with self._lock:
-            self._active[key] = store
-        return store
+        return MemoryStateStore(self, operator, partition, cached)
 
-    def _rebuild(self, operator: str, partition: int, version: int) -> _Loaded:
-        if version == -1:
+    def _rebuild(self, operator: str, partition: int, version: int, token: str | None) -> _Loaded:
+        key = (operator, partition)
+        if version < 0:
+            self._lineages[key] = {}
             return _Loaded(-1, "", {}, SortedKeys())
-        d = self._dir(operator, partition)
-        try:
-            snap, logs = files.plan_chain(files.list_versions(d), version, "delta")
-            data: dict[bytes, bytes] = {}
-            meta = {"token": ""}
-            if snap >= 0:
-                meta, keys, values = files.read_rows(os.path.join(d, f"{snap}.snapshot"))
-                data = dict(zip(keys, values))
-            for v in logs:
-                meta, keys, values = files.read_rows(os.path.join(d, f"{v}.delta"))
-                for k, val in zip(keys, values):
-                    if val is None:
-                        data.pop(k, None)
-                    else:
-                        data[k] = val
-            if meta.get("rows", len(data)) != len(data):
-                raise StateStoreError(f"row count {len(data)} != recorded {meta['rows']}")
-        except (LookupError, OSError, ValueError, KeyError) as e:
-            raise StateStoreError(f"cannot load state version {version} of operator "
-                                  f"{operator!r} partition {partition} from {d}: {e}") from e
-        return _Loaded(version, meta["token"], data, SortedKeys(sorted(data)))
+        loc = self.store_loc(operator, partition)
+        token, tr = self.trace(operator, partition, version, token)
+        data: dict[bytes, bytes] = {}
+        rows = 0
+        if tr.snapshot is not None:
+            meta, keys, values = files.decode_rows(loc.read_bytes(files.snapshot_name(*tr.snapshot)))
+            data, rows = dict(zip(keys, values)), meta["rows"]
+        for meta, keys, values in tr.logs:
+            for k, val in zip(keys, values):
+                if val is None:
+                    data.pop(k, None)
+                else:
+                    data[k] = val
+            rows = meta["rows"]
+        if rows != len(data):
+            raise StateStoreError(f"cannot load state version {version} of {self.where(operator, partition)}: "
+                                  f"{len(data)} rows rebuilt, {rows} recorded")
+        self._lineages[key] = tr.lineage
+        return _Loaded(version, token, data, SortedKeys(sorted(data)))
 
-    def _commit(self, store: MemoryStateStore, version: int) -> str:
-        d = self._dir(store.operator, store.partition)
-        os.makedirs(d, exist_ok=True)
-        token = files.new_token()
-        meta = {"version": version, "token": token, "rows": len(store._s.data)}
-        self._prepare(d, version)
-        keys, values = store._delta()
-        files.write_rows(os.path.join(d, f"{version}.delta"), keys, values, meta)
-        if version > 0 and version % self.snapshot_interval == 0:
-            self._write_snapshot(d, version, store._s, meta)
-        self._cleanup(d, version)
-        return token
+    def _write_version(self, store: MemoryStateStore, meta: dict, keys: list[bytes], values: list,
+                       lineage: dict[int, str]) -> None:
+        loc = self.store_loc(store.operator, store.partition)
+        version, token = meta["version"], meta["token"]
+        files.put(loc, files.log_name(version, token, "delta"), files.encode_rows(keys, values, meta))
+        if self.cleanup_due(version):
+            self._write_snapshot(loc, store._s, meta)
 
     @staticmethod
-    def _prepare(d: str, version: int) -> None:
-        files.remove_tmp(d)
-        vs = files.list_versions(d)
-        for kind in ("delta", "snapshot"):
-            for v in sorted(vs[kind], reverse=True):
-                if v > version or (kind == "snapshot" and v == version):
-                    files.remove(os.path.join(d, f"{v}.{kind}"))
-
-    @staticmethod
-    def _write_snapshot(d: str, version: int, s: _Loaded, meta: dict) -> None:
+    def _write_snapshot(loc, s: _Loaded, meta: dict) -> None:
         keys = list(s.index)
-        files.write_rows(os.path.join(d, f"{version}.snapshot"), keys,
-                         [s.data[k] for k in keys], meta)
+        files.put(loc, files.snapshot_name(meta["version"], meta["token"]),
+                  files.encode_rows(keys, [s.data[k] for k in keys], meta))
 
-    def _cleanup(self, d: str, version: int) -> None:
-        vs = files.list_versions(d)
-        bound = files.cleanup_plan(vs, version, self.retention_versions)
-        for kind in ("delta", "snapshot"):
-            for v in vs[kind]:
-                if v < bound:
-                    files.remove(os.path.join(d, f"{v}.{kind}"))
-
-    def _release(self, store: MemoryStateStore) -> None:
-        with self._lock:
-            if self._active.get((store.operator, store.partition)) is store:
-                del self._active[(store.operator, store.partition)]
-
-    def close(self) -> None:
-        for store in list(self._active.values()):
-            store.close()
+    def _close(self) -> None:
         self._loaded.clear()

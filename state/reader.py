@@ -1,18 +1,20 @@
 """The state reader: any operator's state at any version as an Arrow table.
 
-``read_state(checkpoint_dir, operator, version=None, partition=None)`` rebuilds each
-partition's store read-only (RocksDB into a private temp working copy, never touching the
-engine's) and returns one row per state row:
+``read_state(checkpoint, operator, version=None, partition=None, tokens=None, storage_options=None)``
+rebuilds each partition's store read-only (RocksDB into a private temp working copy, never touching
+the engine's) and returns one row per state row:
 
 * with ``_schema.json``: one typed column per key field, then per value field;
 * without: binary columns ``key`` and ``value``;
 
-plus an int32 ``_partition`` column.  ``version=None`` reads the newest version that every
-partition has (the engine should pass the last committed batch id to be exact).
+plus an int32 ``_partition`` column.  ``checkpoint`` is a Location or a path/URL.
+``version=None`` reads the newest version that every partition has (the engine should pass the
+last committed batch id to be exact). ``tokens`` ({partition: token}) name the attempt of
+``version`` to read, as the commit log records them; without them a version written by several
+attempts (a redo) is refused as ambiguous.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 
 import pyarrow as pa
@@ -23,63 +25,58 @@ from .encoding import decode_key, decode_value
 from .schema import arrow_type, read_state_schema
 
 
-def _partitions(checkpoint_dir: str, operator: str) -> list[int]:
-    d = os.path.join(checkpoint_dir, "state", operator)
-    if not os.path.isdir(d):
-        raise StateStoreError(f"no state for operator {operator!r} in {checkpoint_dir}")
-    return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+def _partitions(op_loc, operator: str) -> list[int]:
+    _, dirs = op_loc.list_dir()
+    parts = sorted(int(d.rsplit("/", 1)[-1]) for d in dirs if d.rsplit("/", 1)[-1].isdigit())
+    if not parts:
+        raise StateStoreError(f"no state for operator {operator!r} in {op_loc.url}")
+    return parts
 
 
-def _provider_kind(store_dir: str) -> str:
-    vs = files.list_versions(store_dir)
-    if vs["delta"]:
+def _provider_kind(listing: files.Listing) -> str:
+    if "delta" in listing.log_kinds:
         return "memory"
-    if vs["changelog"]:
+    if "changelog" in listing.log_kinds:
         return "rocksdb"
-    for s in vs["snapshot"]:
-        return "rocksdb" if os.path.isdir(os.path.join(store_dir, f"{s}.snapshot")) else "memory"
+    for key in listing.snapshots:
+        return "rocksdb" if listing.snapshot_is_dir(key) else "memory"
     return "memory"   # no versions: empty either way
 
 
-def _read_partition(checkpoint_dir: str, operator: str, partition: int, version: int,
-                    tmp: str) -> list[tuple[bytes, bytes]]:
+def _read_partition(checkpoint, operator: str, partition: int, version: int, token: str | None,
+                    kind: str, tmp: str) -> list[tuple[bytes, bytes]]:
     from .base import make_provider
-    kind = _provider_kind(files.store_dir(checkpoint_dir, operator, partition))
-    conf = {"local_dir": tmp} if kind == "rocksdb" else {}
-    with make_provider(kind, checkpoint_dir, **conf) as provider:
-        store = provider.open(operator, partition, version)
+    with make_provider(kind, checkpoint, local_dir=tmp) as provider:
+        store = provider.open(operator, partition, version, token)
         try:
             return list(store.iter_all())
         finally:
             store.close()
 
 
-def _latest_common(checkpoint_dir: str, operator: str, parts: list[int]) -> int:
-    latest = []
-    for p in parts:
-        vs = files.list_versions(files.store_dir(checkpoint_dir, operator, p))
-        latest.append(max(vs["delta"] | vs["changelog"] | vs["snapshot"], default=-1))
-    return min(latest, default=-1)
-
-
-def read_state(checkpoint_dir: str, operator: str, version: int | None = None,
-               partition: int | None = None) -> pa.Table:
+def read_state(checkpoint, operator: str, version: int | None = None, partition: int | None = None,
+               tokens: dict[int, str] | None = None, storage_options: dict | None = None) -> pa.Table:
     """Arrow table of the operator's state at ``version`` (see module docstring)."""
-    parts = _partitions(checkpoint_dir, operator)
+    from increments import storage
+    loc = storage.location(checkpoint, storage_options)
+    op_loc = loc.child("state", operator)
+    parts = _partitions(op_loc, operator)
     if partition is not None:
         if partition not in parts:
             raise StateStoreError(f"operator {operator!r} has no partition {partition}")
         parts = [partition]
+    listings = {p: files.list_store(op_loc.child(str(p))) for p in parts}
     if version is None:
-        version = _latest_common(checkpoint_dir, operator, parts)
+        version = min((lst.latest() for lst in listings.values()), default=-1)
     rows: list[tuple[bytes, bytes]] = []
     pcol: list[int] = []
     with tempfile.TemporaryDirectory(prefix="increments-state-reader-") as tmp:
         for p in parts:
-            got = _read_partition(checkpoint_dir, operator, p, version, os.path.join(tmp, str(p)))
+            got = _read_partition(loc, operator, p, version, (tokens or {}).get(p),
+                                  _provider_kind(listings[p]), tmp)
             rows.extend(got)
             pcol.extend([p] * len(got))
-    return _to_table(read_state_schema(checkpoint_dir, operator), rows, pcol)
+    return _to_table(read_state_schema(loc, operator), rows, pcol)
 
 
 def _to_table(schema: dict | None, rows: list[tuple[bytes, bytes]], pcol: list[int]) -> pa.Table:
@@ -99,10 +96,9 @@ def _to_table(schema: dict | None, rows: list[tuple[bytes, bytes]], pcol: list[i
     return pa.Table.from_arrays(cols + [part], names=names + ["_partition"])
 
 
-def state_view(con, name: str, checkpoint_dir: str, operator: str,
-               version: int | None = None) -> pa.Table:
+def state_view(con, name: str, checkpoint, operator: str, version: int | None = None, **kw) -> pa.Table:
     """Register the state as DuckDB view ``name`` on connection ``con``; returns the table
-    (keep a reference while the view is in use)."""
-    table = read_state(checkpoint_dir, operator, version)
+    (keep a reference while the view is in use). ``kw``: read_state's tokens, storage_options."""
+    table = read_state(checkpoint, operator, version, **kw)
     con.register(name, table)
     return table

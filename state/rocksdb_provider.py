@@ -1,101 +1,56 @@
 """RocksDB state store provider (rocksdict): a local working copy per (operator, partition)
-plus versioned files in the checkpoint.
+(a cache, state.working) plus versioned files in the checkpoint (state.files).
 
-The working copy lives under ``local_dir`` (default: a directory in the system temp dir keyed
-by the checkpoint path) and records, in its ``meta`` column family, the version and commit
-token it holds.  A batch's writes are buffered in an overlay (so abort is free and the working
-copy only ever holds committed versions); reads and ordered scans merge overlay and DB.
+A batch's writes are buffered in an overlay (so abort is free and the working copy only ever
+holds committed versions); reads and ordered scans merge overlay and DB.
 
-Commit of version N (each step leaves N-1 loadable, see state.base):
-  1. prepare: drop temp files, files of versions > N, and stale N files
-     (the snapshot N; without changelog checkpointing also the changelog N)
-  2. changelog on:  write ``N.changelog`` (the batch's puts/deletes) atomically -- committed
-  3. apply the overlay + meta to the working copy in one WriteBatch
-  4. snapshot (changelog off: every version -- this is when N becomes committed; on: every
-     ``snapshot_interval`` versions): RocksDB checkpoint of the working copy (local hard links,
-     taken in the commit), copied to ``.tmp-*`` in the store dir, then renamed to ``N.snapshot``.
-     With changelog checkpointing the copy runs on a background thread, as Spark's maintenance
-     task uploads snapshots: N is already committed by its changelog, a snapshot only shortens
-     replay, and a crash or failure mid-copy leaves a ``.tmp-*`` (removed by the next commit) and
-     no snapshot. The next commit, open or close of the same (operator, partition) waits for it.
-  5. cleanup: delete versions not needed to load the last ``retention_versions``
+Commit of version N under a fresh token T (each step leaves N-1 loadable, see state.base):
+  1. changelog on: write ``N.T.changelog`` (the batch's puts/deletes, parent token, rows)
+     create-only -- (N, T) is loadable from here
+  2. ``_apply_local``: the overlay + meta (N, T, rows, lineage) go into the working copy in one WriteBatch
+  3. snapshot -- changelog off: every version, synchronously (its ``_meta.json`` is what makes (N, T)
+     loadable); changelog on: every ``snapshot_interval`` versions, on a background thread, as
+     Spark's maintenance task uploads snapshots: a RocksDB checkpoint of the working copy is taken
+     in the commit (local hard links), then ``_upload_snapshot`` writes its files under
+     ``N.T.snapshot/`` and ``_meta.json`` last, all create-only (a local checkpoint hard-links the
+     .sst files), then cleanup runs. A failed or interrupted copy only means no snapshot (N stays
+     loadable from changelogs). The next commit, open or close of the same store waits for it.
+  4. cleanup every ``snapshot_interval`` versions (state.filebacked).
 
-Loading V: if the working copy holds V with the checkpoint's token for V, reuse it (fast
-path); otherwise wipe it, copy the newest snapshot s <= V whose changelogs s+1..V exist, and
-replay those changelogs.  Only the overlay (one batch's changes) is held in memory.
+Loading (V, token): the working copy is reused when it holds (V, token) and the rows the
+checkpoint records for it: without any request when this provider verified it already (it
+committed or loaded it), else after one GET of that version's meta. Otherwise the working copy is
+wiped and rebuilt from the lineage of (V, token): its snapshot (hard links from a local checkpoint)
+plus the changelogs after it. Only the overlay (one batch's changes) is held in memory.
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
 import os
 import shutil
-import tempfile
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
-from rocksdict import BlockBasedOptions, Checkpoint, Options, ReadOptions, Rdict, WriteBatch
+from rocksdict import Checkpoint, ReadOptions
 
 from . import files
-from .base import StateMetrics, StateStore, StateStoreError, StateStoreProvider
+from .base import StateMetrics, StateStore, StateStoreError
+from .filebacked import FileBackedProvider
 from .sortedkeys import SortedKeys
+from .working import (Claim, Working, copy_db, private_copy_path, private_store_dir,
+                      remove_dead_private_copies)
 
-_META_KEY = b"meta"
 log = logging.getLogger("increments.state.rocksdb")
-
-
-def _options() -> Options:
-    o = Options(raw_mode=True)
-    o.create_if_missing(True)
-    o.create_missing_column_families(True)
-    t = BlockBasedOptions()
-    t.set_bloom_filter(10, False)
-    o.set_block_based_table_factory(t)
-    return o
-
-
-class _Working:
-    """An open working copy: the DB, its meta column family and the version it holds."""
-
-    def __init__(self, path: str):
-        self.path = path
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.db = Rdict(path, _options(), column_families={"meta": Options(raw_mode=True)})
-        self.meta_cf = self.db.get_column_family_handle("meta")
-        raw = self.db.get_column_family("meta").get(_META_KEY)
-        m = json.loads(raw) if raw else {"version": -1, "token": "", "rows": 0}
-        self.version, self.token, self.rows = m["version"], m["token"], m["rows"]
-
-    def write(self, keys: list[bytes], values: list, version: int, token: str, rows: int) -> None:
-        wb = WriteBatch(raw_mode=True)
-        for k, v in zip(keys, values):
-            if v is None:
-                wb.delete(k)
-            else:
-                wb.put(k, v)
-        meta = json.dumps({"version": version, "token": token, "rows": rows}).encode()
-        wb.put(_META_KEY, meta, self.meta_cf)
-        self.db.write(wb)
-        self.version, self.token, self.rows = version, token, rows
-
-    def close(self) -> None:
-        # the column-family handle keeps the DB (and its LOCK) alive: drop it first
-        self.meta_cf = None
-        try:
-            self.db.close()
-        except Exception:
-            pass
 
 
 class RocksDBStateStore(StateStore):
     def __init__(self, provider: "RocksDBStateStoreProvider", operator: str, partition: int,
-                 working: _Working):
+                 working: Working):
         self._provider, self.operator, self.partition = provider, operator, partition
         self._w = working
-        self.version = working.version
+        self.version, self.token = working.version, working.token
         self._overlay: dict[bytes, bytes | None] = {}
         self._okeys = SortedKeys()
         self._rows = working.rows
@@ -175,7 +130,7 @@ class RocksDBStateStore(StateStore):
                                   "store is closed")
         self._check_commit_version(version)
         keys = list(self._overlay)
-        self._provider._commit(self, version, keys, [self._overlay[k] for k in keys], self._rows)
+        self.token = self._provider._commit(self, version, keys, [self._overlay[k] for k in keys], self._rows)
         self.version = version
         self.abort()
         return version
@@ -199,149 +154,214 @@ class RocksDBStateStore(StateStore):
             self._provider._release(self)
 
 
-class RocksDBStateStoreProvider(StateStoreProvider):
-    """Extra conf: ``local_dir`` for working copies (default: temp dir keyed by checkpoint)."""
+class RocksDBStateStoreProvider(FileBackedProvider):
+    """Extra conf: ``local_dir``, the root of the local caches (storage.private_dir)."""
+    log_kind = "changelog"
 
-    def __init__(self, checkpoint_dir: str, *, local_dir: str | None = None, **conf):
-        super().__init__(checkpoint_dir, **conf)
-        if local_dir is None:
-            h = hashlib.sha1(os.path.abspath(checkpoint_dir).encode()).hexdigest()[:16]
-            local_dir = os.path.join(tempfile.gettempdir(), "increments-state", h)
+    def __init__(self, checkpoint, *, local_dir: str | None = None, **conf):
+        super().__init__(checkpoint, **conf)
         self.local_dir = local_dir
-        self._working: dict[tuple[str, int], _Working] = {}
-        self._verified: dict[tuple[str, int], tuple[int, str]] = {}
-        self._active: dict[tuple[str, int], RocksDBStateStore] = {}
-        self._lock = threading.Lock()
-        self._uploads: dict[tuple[str, int], Future] = {}     # background snapshot copies
+        self._root: str | None = None
+        self._working: dict[tuple[str, int], Working] = {}
+        self._claims: dict[tuple[str, int], Claim] = {}
+        self._verified: dict[tuple[str, int], tuple[int, str, int]] = {}
+        self._uploads: dict[tuple[str, int], Future] = {}     # background snapshot copies + cleanup
         self._uploader: ThreadPoolExecutor | None = None
 
-    def _dir(self, operator: str, partition: int) -> str:
-        return files.store_dir(self.checkpoint_dir, operator, partition)
+    @property
+    def sync_cleanup(self) -> bool:
+        return not self.changelog_checkpointing
 
-    def _wpath(self, operator: str, partition: int) -> str:
-        return os.path.join(self.local_dir, operator, str(partition), "db")
+    @property
+    def root(self) -> str:
+        if self._root is None:
+            from increments import storage
+            h = hashlib.sha1(self.checkpoint.url.encode()).hexdigest()[:16]
+            self._root = storage.private_dir(self.local_dir, "state", h)
+        return self._root
 
-    def latest_version(self, operator: str, partition: int) -> int:
-        v = files.list_versions(self._dir(operator, partition))
-        return max(v["changelog"] | v["snapshot"], default=-1)
-
-    def open(self, operator: str, partition: int, version: int) -> RocksDBStateStore:
-        """Open (operator, partition) at ``version``; a store previously opened for the same
-        (operator, partition) is aborted and closed."""
+    # -- open ----------------------------------------------------------------------------------------
+    def _load(self, operator: str, partition: int, version: int, token: str | None) -> RocksDBStateStore:
         key = (operator, partition)
-        with self._lock:
-            prev = self._active.pop(key, None)
-        if prev is not None:
-            prev.close()
         self._await_upload(key)
-        try:
-            w = self._working.get(key)
-            if w is None:
-                w = self._open_working(operator, partition)
-            if not self._is_current(key, w, version):
-                w = self._rebuild(operator, partition, version)
-        except StateStoreError:
-            raise
-        except Exception as e:
-            raise StateStoreError(f"cannot load state version {version} of operator "
-                                  f"{operator!r} partition {partition}: {e}") from e
-        store = RocksDBStateStore(self, operator, partition, w)
-        with self._lock:
-            self._active[key] = store
-        return store
+        w = self._working.get(key)
+        if w is None:
+            w = self._open_working(operator, partition)
+        if not self._is_current(key, w, version, token):
+            w = self._rebuild(operator, partition, version, token)
+        self._lineages[key] = dict(w.lineage)
+        return RocksDBStateStore(self, operator, partition, w)
 
-    def _open_working(self, operator: str, partition: int) -> _Working:
-        path = self._wpath(operator, partition)
-        for stale in glob.glob(glob.escape(path) + ".ckpt-*"):   # local checkpoints of a crashed upload
-            shutil.rmtree(stale, ignore_errors=True)
-        try:
-            w = _Working(path)
-        except Exception as e:
-            if "lock" in str(e).lower():
-                raise StateStoreError(
-                    f"the working copy {path} of operator {operator!r} partition {partition} is "
-                    "in use by another provider or process (close it first, or pass local_dir)"
-                ) from e
-            shutil.rmtree(path, ignore_errors=True)   # unreadable working copy: start over
-            w = _Working(path)
-        self._working[(operator, partition)] = w
-        return w
-
-    def _is_current(self, key: tuple[str, int], w: _Working, version: int) -> bool:
-        """Fast path: the working copy holds exactly the checkpoint's ``version``."""
-        if version == -1 or w.version != version:
-            return version == -1 and w.version == -1 and w.rows == 0
-        if self._verified.get(key) == (version, w.token):
-            return True
-        ok = self._checkpoint_token(self._dir(*key), version) == w.token
-        if ok:
-            self._verified[key] = (version, w.token)
-        return ok
-
-    @staticmethod
-    def _checkpoint_token(d: str, version: int) -> str | None:
-        try:
-            return files.read_meta(os.path.join(d, f"{version}.changelog"))["token"]
-        except (OSError, KeyError, ValueError):
-            pass
-        try:
-            with open(os.path.join(d, f"{version}.snapshot", "_meta.json")) as f:
-                return json.load(f)["token"]
-        except (OSError, KeyError, ValueError):
-            return None
-
-    def _rebuild(self, operator: str, partition: int, version: int) -> _Working:
-        """Wipe the working copy and rebuild ``version`` from snapshot + changelogs."""
+    def _open_working(self, operator: str, partition: int, fill=None) -> Working:
+        """Open this provider's working copy of the store: ``db`` when it can claim the store
+        directory, else a private per-process copy (state.working). With ``fill``, the copy is
+        wiped and ``fill(path)`` puts the files of a snapshot there before it is opened."""
         key = (operator, partition)
+        directory = private_store_dir(self.root, operator, partition)
+        claim = self._claims.get(key)
+        if claim is None:
+            claim = self._claims[key] = Claim(directory)
+            if claim.held:
+                remove_dead_private_copies(directory)
+        places = [(os.path.join(directory, "db"), False)] if claim.held else []
+        places.append((private_copy_path(directory), True))
+        for path, private in places:
+            fresh = fill is not None or private
+            if fresh:
+                shutil.rmtree(path, ignore_errors=True)
+                os.makedirs(path, mode=0o700)
+                if fill is not None:
+                    fill(path)
+            try:
+                w = Working(path, private=private)
+            except Exception as e:  # noqa: BLE001
+                if "lock" in str(e).lower() and not private:
+                    continue                        # held by a process that does not claim: go private
+                if fresh:
+                    raise
+                shutil.rmtree(path, ignore_errors=True)   # an unreadable working copy: start over
+                w = Working(path, private=private)
+            self._working[key] = w
+            return w
+        raise AssertionError("unreachable")
+
+    def _is_current(self, key: tuple[str, int], w: Working, version: int, token: str | None) -> bool:
+        """Whether the working copy holds exactly (version, token) of the checkpoint."""
+        if version < 0:
+            return w.version == -1 and w.is_empty()
+        if w.version != version or (token is not None and w.token != token):
+            return False
+        if self._verified.get(key) == (version, w.token, w.rows):
+            return True
+        if self.resolve(*key, version, token) != w.token:
+            return False
+        if self._recorded_rows(self.store_loc(*key), version, w.token) != w.rows:
+            return False
+        self._verified[key] = (version, w.token, w.rows)
+        return True
+
+    def _recorded_rows(self, loc, version: int, token: str) -> int | None:
+        """The row count the checkpoint records for (version, token): from its changelog, else
+        its snapshot's meta; None when neither exists."""
+        reads = [lambda: files.decode_meta(loc.read_bytes(files.log_name(version, token, "changelog"))),
+                 lambda: json.loads(loc.read_bytes(f"{files.snapshot_name(version, token)}/{files.META}"))]
+        for read in (reads if self.changelog_checkpointing else reads[::-1]):
+            try:
+                meta = read()
+            except FileNotFoundError:
+                continue
+            if meta.get("version") == version and meta.get("token") == token:
+                return int(meta["rows"])
+        return None
+
+    def _rebuild(self, operator: str, partition: int, version: int, token: str | None) -> Working:
+        """Wipe the working copy and rebuild (version, token) from its lineage's snapshot + changelogs."""
+        key = (operator, partition)
+        self._verified.pop(key, None)
+        tr = None
+        if version >= 0:
+            token, tr = self.trace(operator, partition, version, token)
         old = self._working.pop(key, None)
         if old is not None:
             old.close()
-        self._verified.pop(key, None)
-        path = self._wpath(operator, partition)
-        shutil.rmtree(path, ignore_errors=True)
-        d = self._dir(operator, partition)
-        if version >= 0:
-            try:
-                snap, logs = files.plan_chain(files.list_versions(d), version, "changelog")
-            except LookupError as e:
-                raise StateStoreError(f"cannot load state version {version} of operator "
-                                      f"{operator!r} partition {partition} from {d}: {e}") from e
-            if snap >= 0:
-                _copy_db(os.path.join(d, f"{snap}.snapshot"), path, link=True)
-        w = self._open_working(operator, partition)
-        if version >= 0:
-            for v in logs:
-                meta, keys, values = files.read_rows(os.path.join(d, f"{v}.changelog"))
-                w.write(keys, values, v, meta["token"], meta["rows"])
-            if w.version != version:
-                raise StateStoreError(f"operator {operator!r} partition {partition}: rebuilt "
-                                      f"version {w.version}, expected {version}")
-            self._verified[key] = (version, w.token)
+        if tr is None:
+            return self._open_working(operator, partition, fill=lambda path: None)
+        loc = self.store_loc(operator, partition)
+        rows = [0]
+
+        def fill(path: str) -> None:
+            if tr.snapshot is not None:
+                rows[0] = self._download_snapshot(loc, tr.snapshot, tr.listing.snapshots[tr.snapshot], path)
+
+        w = self._open_working(operator, partition, fill=fill)
+        for meta, keys, values in tr.logs:
+            w.write(keys, values, meta["version"], meta["token"], meta["rows"], tr.lineage)
+            rows[0] = meta["rows"]
+        w.write([], [], version, token, rows[0], tr.lineage)
+        self._verified[key] = (version, token, rows[0])
         return w
 
-    # -- commit ------------------------------------------------------------------------
-    def _commit(self, store: RocksDBStateStore, version: int, keys: list[bytes], values: list,
-                rows: int) -> None:
+    @staticmethod
+    def _download_snapshot(loc, snap: tuple[int, str], names: list[str], path: str) -> int:
+        """Fill the (empty) working copy directory ``path`` with the snapshot's files; its rows."""
+        prefix = files.snapshot_name(*snap) + "/"
+        meta = json.loads(loc.read_bytes(prefix + files.META))
+        if meta.get("version") != snap[0] or meta.get("token") != snap[1]:
+            raise StateStoreError(f"{loc.join(prefix + files.META)} records version {meta.get('version')} "
+                                  f"token {meta.get('token')}, not {snap[0]} {snap[1]}")
+        local = loc.local_path(prefix)
+        if local is not None:
+            copy_db(local, path, link=True)
+        else:
+            for name in names:
+                rel = name[len(prefix):]
+                if rel == files.META or "/" in rel:
+                    continue
+                with open(os.path.join(path, rel), "wb") as f:
+                    f.write(loc.read_bytes(name))
+        return int(meta["rows"])
+
+    # -- commit ----------------------------------------------------------------------------------------
+    def _write_version(self, store: RocksDBStateStore, meta: dict, keys: list[bytes], values: list,
+                       lineage: dict[int, str]) -> None:
         key = (store.operator, store.partition)
         self._await_upload(key)
-        d = self._dir(*key)
-        os.makedirs(d, exist_ok=True)
-        token = files.new_token()
-        meta = {"version": version, "token": token, "rows": rows}
-        self._prepare(d, version)
+        loc = self.store_loc(*key)
+        version = meta["version"]
         if self.changelog_checkpointing:
-            files.write_rows(os.path.join(d, f"{version}.changelog"), keys, values, meta)
-        self._apply_local(store._w, keys, values, meta)
-        self._verified[key] = (version, token)
-        if not self.changelog_checkpointing:   # the snapshot is what commits N: synchronous
-            self._upload_snapshot(self._local_checkpoint(store._w, version), d, version, meta)
-        elif version > 0 and version % self.snapshot_interval == 0:
+            files.put(loc, files.log_name(version, meta["token"], "changelog"), files.encode_rows(keys, values, meta))
+        self._apply_local(store._w, keys, values, meta, lineage)
+        self._verified[key] = (version, meta["token"], meta["rows"])
+        if not self.changelog_checkpointing:   # the snapshot is what makes (N, T) loadable: synchronous
+            self._upload_snapshot(self._local_checkpoint(store._w, version), loc, meta)
+        elif self.cleanup_due(version):
             local = self._local_checkpoint(store._w, version)
             with self._lock:   # partitions commit concurrently (execution/state_manager.py)
                 if self._uploader is None:
                     self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="increments-snapshot")
-                self._uploads[key] = self._uploader.submit(self._upload_snapshot, local, d, version, meta)
-        self._cleanup(d, version)
+                self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, local, loc, meta, key)
+
+    @staticmethod
+    def _apply_local(w: Working, keys: list[bytes], values: list, meta: dict, lineage: dict[int, str]) -> None:
+        w.write(keys, values, meta["version"], meta["token"], meta["rows"], lineage)
+
+    @staticmethod
+    def _local_checkpoint(w: Working, version: int) -> str:
+        """A RocksDB checkpoint of the working copy as it is now (at `version`), beside it."""
+        local = f"{w.path}.ckpt-{version}"
+        shutil.rmtree(local, ignore_errors=True)
+        Checkpoint(w.db).create_checkpoint(local)
+        return local
+
+    def _snapshot_then_cleanup(self, local: str, loc, meta: dict, key: tuple[str, int]) -> None:
+        try:
+            self._upload_snapshot(local, loc, meta)
+        finally:
+            self._cleanup(*key, meta["version"])
+
+    @staticmethod
+    def _upload_snapshot(local: str, loc, meta: dict) -> None:
+        """Write the local checkpoint's files under ``N.T.snapshot/``, then ``_meta.json``, all
+        create-only (a local checkpoint hard-links the immutable .sst files); remove ``local``."""
+        prefix = files.snapshot_name(meta["version"], meta["token"]) + "/"
+        try:
+            target = loc.local_path(prefix)
+            for name in sorted(os.listdir(local)):
+                src = os.path.join(local, name)
+                if target is not None and name.endswith(".sst"):
+                    os.makedirs(target, exist_ok=True)
+                    try:
+                        os.link(src, os.path.join(target, name))   # fails when the name exists
+                        continue
+                    except FileExistsError:
+                        raise
+                    except OSError:
+                        pass                                        # another file system: copy
+                with open(src, "rb") as f:
+                    files.put(loc, prefix + name, f.read())
+            files.put(loc, prefix + files.META, json.dumps(meta).encode())   # last: the snapshot is complete
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
 
     def _await_upload(self, key: tuple[str, int]) -> None:
         """Wait for the background snapshot copy of (operator, partition), if any. A failed copy
@@ -351,58 +371,11 @@ class RocksDBStateStoreProvider(StateStoreProvider):
             return
         err = fut.exception()
         if err is not None:
+            from increments.storage import redact
             log.warning("state snapshot of operator %r partition %d was not written (%s); the version "
-                        "stays loadable from its changelogs", key[0], key[1], err)
+                        "stays loadable from its changelogs", key[0], key[1], redact(err))
 
-    def _prepare(self, d: str, version: int) -> None:
-        files.remove_tmp(d)
-        vs = files.list_versions(d)
-        for kind in ("changelog", "snapshot"):
-            for v in sorted(vs[kind], reverse=True):
-                stale_current = v == version and (kind == "snapshot" or not self.changelog_checkpointing)
-                if v > version or stale_current:
-                    files.remove(os.path.join(d, f"{v}.{kind}"))
-
-    @staticmethod
-    def _apply_local(w: _Working, keys: list[bytes], values: list, meta: dict) -> None:
-        w.write(keys, values, meta["version"], meta["token"], meta["rows"])
-
-    @staticmethod
-    def _local_checkpoint(w: _Working, version: int) -> str:
-        """A RocksDB checkpoint of the working copy as it is now (at `version`), beside it."""
-        local = f"{w.path}.ckpt-{version}"
-        shutil.rmtree(local, ignore_errors=True)
-        Checkpoint(w.db).create_checkpoint(local)
-        return local
-
-    @staticmethod
-    def _upload_snapshot(local: str, d: str, version: int, meta: dict) -> None:
-        """Copy a local checkpoint to ``N.snapshot`` in the store dir (atomically); remove it."""
-        tmp = files.tmp_path(d, f"{version}.snapshot")
-        try:
-            _copy_db(local, tmp, link=False, fsync=True)
-            files.write_json(os.path.join(tmp, "_meta.json"), meta)
-            files.replace(tmp, os.path.join(d, f"{version}.snapshot"))
-            files.fsync_dir(d)
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
-
-    def _cleanup(self, d: str, version: int) -> None:
-        vs = files.list_versions(d)
-        bound = files.cleanup_plan(vs, version, self.retention_versions)
-        for kind in ("changelog", "snapshot"):
-            for v in vs[kind]:
-                if v < bound:
-                    files.remove(os.path.join(d, f"{v}.{kind}"))
-
-    def _release(self, store: RocksDBStateStore) -> None:
-        with self._lock:
-            if self._active.get((store.operator, store.partition)) is store:
-                del self._active[(store.operator, store.partition)]
-
-    def close(self) -> None:
-        for store in list(self._active.values()):
-            store.close()
+    def _close(self) -> None:
         for key in list(self._uploads):
             self._await_upload(key)
         if self._uploader is not None:
@@ -411,23 +384,7 @@ class RocksDBStateStoreProvider(StateStoreProvider):
         for w in self._working.values():
             w.close()
         self._working.clear()
+        for c in self._claims.values():
+            c.release()
+        self._claims.clear()
         self._verified.clear()
-
-
-def _copy_db(src: str, dst: str, *, link: bool, fsync: bool = False) -> None:
-    """Copy a RocksDB directory; immutable .sst files are hard-linked when ``link``."""
-    os.makedirs(dst, exist_ok=True)
-    for name in os.listdir(src):
-        if name == "_meta.json":
-            continue
-        s, t = os.path.join(src, name), os.path.join(dst, name)
-        if link and name.endswith(".sst"):
-            try:
-                os.link(s, t)
-                continue
-            except OSError:
-                pass
-        shutil.copyfile(s, t)
-        if fsync:
-            with open(t, "rb") as f:
-                os.fsync(f.fileno())

@@ -1,0 +1,163 @@
+"""RocksDB working copies: local caches of the checkpoint's state, never the source of truth.
+
+Layout: ``<root>/<operator>/<partition>/db`` where root = ``storage.private_dir(local_dir, "state",
+sha1(checkpoint url)[:16])`` (0700, refused when another user owns it or others can write to it).
+
+* The store directory ``<root>/<operator>/<partition>`` must be ours and not writable by others: one
+  owned by another user is refused (StateStoreError); one others can write to is wiped and recreated
+  0700 (whatever it held is not trusted).
+* A provider *claims* the store directory with an exclusive ``flock`` on ``owner.lock`` (per open
+  file, so two providers of one process conflict as two processes do). The claimant uses ``db``;
+  a provider that finds it claimed (another runner of the same query, or a second provider) does
+  not fail: it works in a private ``proc-<pid>-<random>/db`` beside it, removed on close (and by
+  the next claimant when its process is gone). Which runner's result counts is decided by the
+  commit log's fence, not by this lock.
+* The working copy's ``meta`` column family records {version, token, rows, lineage}; a provider
+  reuses a working copy only when that matches the authoritative (version, token) and the rows the
+  checkpoint records for it (state.rocksdb_provider); otherwise it is rebuilt from the checkpoint.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import uuid
+
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
+
+from .base import StateStoreError
+
+_META_KEY = b"meta"
+
+
+def _options() -> Options:
+    o = Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.create_missing_column_families(True)
+    t = BlockBasedOptions()
+    t.set_bloom_filter(10, False)
+    o.set_block_based_table_factory(t)
+    return o
+
+
+class Working:
+    """An open working copy: the DB, its meta column family and the version it holds."""
+
+    def __init__(self, path: str, private: bool = False):
+        self.path, self.private = path, private
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        self.db = Rdict(path, _options(), column_families={"meta": Options(raw_mode=True)})
+        self.meta_cf = self.db.get_column_family_handle("meta")
+        raw = self.db.get_column_family("meta").get(_META_KEY)
+        m = json.loads(raw) if raw else {}
+        self.version = int(m.get("version", -1))
+        self.token = str(m.get("token", ""))
+        self.rows = int(m.get("rows", 0))
+        self.lineage = {int(v): str(t) for v, t in (m.get("lineage") or {}).items()}
+
+    def write(self, keys: list[bytes], values: list, version: int, token: str, rows: int,
+              lineage: dict[int, str]) -> None:
+        """Apply the changes and the new meta in one WriteBatch."""
+        wb = WriteBatch(raw_mode=True)
+        for k, v in zip(keys, values):
+            if v is None:
+                wb.delete(k)
+            else:
+                wb.put(k, v)
+        meta = {"version": version, "token": token, "rows": rows, "lineage": {str(v): t for v, t in lineage.items()}}
+        wb.put(_META_KEY, json.dumps(meta).encode(), self.meta_cf)
+        self.db.write(wb)
+        self.version, self.token, self.rows, self.lineage = version, token, rows, dict(lineage)
+
+    def is_empty(self) -> bool:
+        return next(iter(self.db.keys()), None) is None
+
+    def close(self) -> None:
+        # the column-family handle keeps the DB (and its LOCK) alive: drop it first
+        self.meta_cf = None
+        try:
+            self.db.close()
+        except Exception:  # noqa: BLE001
+            pass
+        if self.private:
+            shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
+
+
+def private_store_dir(root: str, operator: str, partition: int) -> str:
+    """``<root>/<operator>/<partition>``, checked as the module doc says."""
+    path = os.path.join(root, operator, str(partition))
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise StateStoreError(f"the RocksDB working directory {path} belongs to user id {st.st_uid}, not to this "
+                              f"user ({os.getuid()}); increments refuses to use state another user could change. "
+                              "Remove it, or pass another local_dir.")
+    if st.st_mode & 0o022:
+        shutil.rmtree(path)
+        os.makedirs(path, mode=0o700)
+    return path
+
+
+class Claim:
+    """The exclusive claim of a store directory (an flock held until ``release``), or none."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.fd: int | None = os.open(os.path.join(directory, "owner.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def remove_dead_private_copies(directory: str) -> None:
+    """Remove ``proc-<pid>-*`` working copies of processes that are gone (called by the claimant)."""
+    for name in os.listdir(directory):
+        if not name.startswith("proc-"):
+            continue
+        try:
+            pid = int(name.split("-")[1])
+        except (ValueError, IndexError):
+            pid = None
+        if pid == os.getpid():
+            continue                      # another provider of this process
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+                continue                  # still running
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def private_copy_path(directory: str) -> str:
+    return os.path.join(directory, f"proc-{os.getpid()}-{uuid.uuid4().hex[:8]}", "db")
+
+
+def copy_db(src: str, dst: str, *, link: bool) -> None:
+    """Copy a local RocksDB directory; immutable .sst files are hard-linked when ``link``."""
+    os.makedirs(dst, mode=0o700, exist_ok=True)
+    for name in os.listdir(src):
+        if name == "_meta.json":
+            continue
+        s, t = os.path.join(src, name), os.path.join(dst, name)
+        if link and name.endswith(".sst"):
+            try:
+                os.link(s, t)
+                continue
+            except OSError:
+                pass
+        shutil.copyfile(s, t)
