@@ -1,10 +1,11 @@
 """Test-only helper: commit one batch in a subprocess and SIGKILL it at a chosen step.
 
-usage: python crash_commit.py PROVIDER CHANGELOG(0|1) CHECKPOINT LOCAL_DIR VERSION [SNAP_INTERVAL]
+usage: python crash_commit.py PROVIDER CHANGELOG(0|1) CHECKPOINT LOCAL_DIR VERSION SNAP_INTERVAL PARENT_TOKEN
+(PARENT_TOKEN "-": the only candidate of VERSION-1). Prints the new token on success.
 env CRASH_AT="<target>:<before|after>:<nth call>" where target is a provider method
-(_prepare, _apply_local, _write_snapshot, _upload_snapshot, _cleanup) or "replace" (the
-atomic rename in state.files).  The hook is installed here by monkeypatching; the product
-code has no crash hooks.  Without CRASH_AT the commit completes and the script exits 0.
+(_write_snapshot, _apply_local, _upload_snapshot, _cleanup) or "put" (the create-only write
+of state.files). The hook is installed here by monkeypatching; the product code has no crash
+hooks. Without CRASH_AT the commit completes and the script exits 0.
 """
 import inspect
 import os
@@ -49,8 +50,8 @@ def _install(provider_cls, spec: str) -> None:
             return out
         return wrapped
 
-    if target == "replace":
-        files.replace = hook(files.replace)
+    if target == "put":
+        files.put = hook(files.put)
         return
     static = isinstance(inspect.getattr_static(provider_cls, target), staticmethod)
     orig = getattr(provider_cls, target)
@@ -58,19 +59,17 @@ def _install(provider_cls, spec: str) -> None:
 
 
 def main() -> None:
-    name, changelog, ckpt, local, version = sys.argv[1:6]
-    interval = int(sys.argv[6]) if len(sys.argv) > 6 else 3
+    name, changelog, ckpt, local, version, interval, parent = sys.argv[1:8]
     version = int(version)
-    conf = {"changelog_checkpointing": changelog == "1", "snapshot_interval": interval}
-    if name == "rocksdb":
-        conf["local_dir"] = local
-    provider = make_provider(name, ckpt, **conf)
+    conf = {"changelog_checkpointing": changelog == "1", "snapshot_interval": int(interval)}
+    provider = make_provider(name, ckpt, local_dir=local, **conf)
     if os.environ.get("CRASH_AT"):
         _install(type(provider), os.environ["CRASH_AT"])
-    store = provider.open("op", 0, version - 1)
+    store = provider.open("op", 0, version - 1, None if parent == "-" else parent)
     apply_batch(store, version)
     store.commit(version)
     provider.close()
+    print(store.token)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""One suite for every provider (memory; rocksdb with changelog checkpointing on and off)."""
+"""One suite for every provider (memory; rocksdb with changelog checkpointing on and off), each
+with its checkpoint on the local disk and on the S3 server."""
 import os
 import random
 import signal
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from state_testutil import ROOT
+from state_testutil import ROOT, STORAGES, checkpoint_url, store_names
 from crash_commit import apply_batch, model_batch
 from state import StateStoreError, make_provider
 from state.encoding import decode_key, encode_key, encode_prefix
@@ -127,26 +128,40 @@ def test_abort_rolls_back_to_loaded_version(make):
     assert content(make(local="fresh").open("op", 0, 5)) == expected
 
 
-def test_redo_of_a_version_replaces_it(make):
+def test_redo_of_a_version_writes_a_new_token_and_keeps_the_first(make):
     p = make(snapshot_interval=2)
     models = build(p, 5)
+    first4 = p.open("op", 0, 4).token
+    first5 = p.open("op", 0, 5).token
     s = p.open("op", 0, 3)                      # batch 4 is redone with other content
     s.put(K(("redo",)), b"1")
     s.commit(4)
+    redo4 = s.token
     s.close()
-    assert p.latest_version("op", 0) == 4
+    assert redo4 not in (first4, "") and p.latest_version("op", 0) == 5
     expected = dict(models[3]); expected[K(("redo",))] = b"1"
-    assert content(make(local="fresh").open("op", 0, 4)) == expected
-    with pytest.raises(StateStoreError):
-        make(local="fresh2").open("op", 0, 5)
+    fresh = make(local="fresh")
+    assert content(fresh.open("op", 0, 4, redo4)) == expected
+    assert content(fresh.open("op", 0, 4, first4)) == models[4]      # nothing of the first attempt is gone
+    assert content(fresh.open("op", 0, 5, first5)) == models[5]
+    with pytest.raises(StateStoreError, match="written by 2 attempts"):
+        make(local="fresh2").open("op", 0, 4)
+    with pytest.raises(StateStoreError, match="version 4 of operator 'op' partition 0"):
+        make(local="fresh3").open("op", 0, 4, "0" * 32)
+    # the redo's lineage goes on: 5 on top of the redone 4
+    s = p.open("op", 0, 4, redo4)
+    s.put(K(("five",)), b"5"); s.commit(5)
+    expected[K(("five",))] = b"5"
+    assert content(make(local="fresh4").open("op", 0, 5, s.token)) == expected
 
 
 def test_snapshot_and_changelog_reconstruction(make):
     p = make(snapshot_interval=3, retention_versions=100)
     models = build(p, 10)
     p.close()
-    names = os.listdir(os.path.join(make.ckpt, "state", "op", "0"))
-    snaps = sorted(int(n.split(".")[0]) for n in names if n.endswith(".snapshot"))
+    names = store_names(make.ckpt)
+    complete = {n.split("/")[0] for n in names if n.endswith(".snapshot") or n.endswith(".snapshot/_meta.json")}
+    snaps = sorted(int(n.split(".")[0]) for n in complete)
     assert snaps == ([3, 6, 9] if make.changelog else list(range(11)))
     for v in range(11):
         fresh = make(local=f"fresh{v}")
@@ -223,74 +238,76 @@ def test_unknown_provider():
 
 # --- crashes: a subprocess SIGKILLs itself between two commit steps --------------------
 
-COMMON = ["_prepare:after:1", "replace:before:1", "replace:after:1", "_cleanup:before:1"]
 CRASH_POINTS = {
-    ("memory", True): COMMON + ["_write_snapshot:before:1", "replace:before:2"],
-    ("rocksdb", True): COMMON + ["_apply_local:before:1", "_apply_local:after:1",
-                                  "_upload_snapshot:before:1", "replace:before:3"],
-    ("rocksdb", False): ["_prepare:after:1", "_apply_local:after:1", "replace:after:1",
-                         "replace:before:2", "replace:after:2", "_cleanup:before:1"],
+    ("memory", True): ["put:before:1", "put:after:1", "_write_snapshot:before:1", "put:before:2", "put:after:2",
+                       "_cleanup:before:1"],
+    ("rocksdb", True): ["put:before:1", "put:after:1", "_apply_local:before:1", "_apply_local:after:1",
+                        "_upload_snapshot:before:1", "put:before:3", "_cleanup:before:1"],
+    ("rocksdb", False): ["_apply_local:after:1", "put:before:1", "put:after:1", "put:before:3",
+                         "_cleanup:before:1"],
 }
 CRASH_CASES = [(n, c, pt) for (n, c), pts in CRASH_POINTS.items() for pt in pts]
 
 
-def run_commit(name, changelog, ckpt, local, version, crash=None):
+def run_commit(name, changelog, ckpt, local, version, crash=None, parent=None):
+    """(exit code, new token) of one commit in a subprocess."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("CRASH_AT", None)
     if crash:
         env["CRASH_AT"] = crash
     script = os.path.join(os.path.dirname(__file__), "crash_commit.py")
-    return subprocess.run([sys.executable, script, name, "1" if changelog else "0", ckpt, local,
-                           str(version), "3"], env=env, capture_output=True, text=True).returncode
+    r = subprocess.run([sys.executable, script, name, "1" if changelog else "0", ckpt, local,
+                        str(version), "3", parent or "-"], env=env, capture_output=True, text=True)
+    assert r.returncode in (0, -signal.SIGKILL), r.stderr
+    return r.returncode, r.stdout.strip()
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("name,changelog,crash", CRASH_CASES)
-def test_crash_between_commit_steps(tmp_path, name, changelog, crash):
-    ckpt, local = str(tmp_path / "ckpt"), str(tmp_path / "local")
-    conf = {"changelog_checkpointing": changelog, "snapshot_interval": 3}
-    if name == "rocksdb":
-        conf["local_dir"] = local
+def test_crash_between_commit_steps(request, tmp_path, storage, name, changelog, crash):
+    ckpt, local = checkpoint_url(request, tmp_path, storage), str(tmp_path / "local")
+    conf = {"changelog_checkpointing": changelog, "snapshot_interval": 3, "local_dir": local}
     with make_provider(name, ckpt, **conf) as p:
         models = build(p, 2)                     # versions 0..2; version 3 is a snapshot version
+        parent = p.open("op", 0, 2).token
     model3 = dict(models[2]); model_batch(model3, 3)
 
-    assert run_commit(name, changelog, ckpt, local, 3, crash) == -signal.SIGKILL, crash
+    assert run_commit(name, changelog, ckpt, local, 3, crash, parent)[0] == -signal.SIGKILL, crash
     with make_provider(name, ckpt, **conf) as p:   # same working copy as the killed process
         latest = p.latest_version("op", 0)
         assert latest in (2, 3)
         if latest == 3:
             assert content(p.open("op", 0, 3)) == model3
-        s = p.open("op", 0, 2)
+        s = p.open("op", 0, 2, parent)
         assert content(s) == models[2]
         apply_batch(s, 3)                            # the redo
         assert s.commit(3) == 3
+        token = s.token
         s.close()
-        assert content(p.open("op", 0, 3)) == model3
-    fresh = dict(conf, local_dir=str(tmp_path / "fresh")) if name == "rocksdb" else conf
-    with make_provider(name, ckpt, **fresh) as p:
+        assert content(p.open("op", 0, 3, token)) == model3
+    with make_provider(name, ckpt, **dict(conf, local_dir=str(tmp_path / "fresh"))) as p:
         assert p.latest_version("op", 0) == 3
-        assert content(p.open("op", 0, 3)) == model3
-        assert not [n for n in os.listdir(os.path.join(ckpt, "state", "op", "0"))
-                    if n.startswith(".tmp-")]
+        assert content(p.open("op", 0, 3, token)) == model3
 
 
 @pytest.mark.faults
 @pytest.mark.parametrize("name,changelog", [("memory", True), ("rocksdb", True), ("rocksdb", False)])
 def test_redo_in_a_new_process_after_crash_gives_same_version(tmp_path, name, changelog):
     ckpt, local = str(tmp_path / "ckpt"), str(tmp_path / "local")
-    assert run_commit(name, changelog, ckpt, local, 0) == 0
-    assert run_commit(name, changelog, ckpt, local, 1, "_cleanup:before:1") == -signal.SIGKILL
-    assert run_commit(name, changelog, ckpt, local, 1) == 0      # redo in another process
-    assert run_commit(name, changelog, ckpt, local, 2) == 0
+    rc, t0 = run_commit(name, changelog, ckpt, local, 0)
+    assert rc == 0
+    assert run_commit(name, changelog, ckpt, local, 1, "put:after:1", t0)[0] == -signal.SIGKILL
+    rc, t1 = run_commit(name, changelog, ckpt, local, 1, parent=t0)      # redo in another process
+    assert rc == 0
+    rc, t2 = run_commit(name, changelog, ckpt, local, 2, parent=t1)
+    assert rc == 0
     model = {}
     for v in range(3):
         model_batch(model, v)
-    conf = {"changelog_checkpointing": changelog}
-    if name == "rocksdb":
-        conf["local_dir"] = str(tmp_path / "fresh")
+    conf = {"changelog_checkpointing": changelog, "local_dir": str(tmp_path / "fresh")}
     with make_provider(name, ckpt, **conf) as p:
-        assert content(p.open("op", 0, 2)) == model
+        assert content(p.open("op", 0, 2, t2)) == model
 
 
 # --- RocksDB with changelog checkpointing: snapshots are copied in the background -------------
@@ -300,8 +317,9 @@ def test_background_snapshot_lands_and_a_failed_one_leaves_versions_loadable(tmp
     conf = {"changelog_checkpointing": True, "snapshot_interval": 2, "local_dir": str(tmp_path / "local")}
     with make_provider("rocksdb", ckpt, **conf) as p:
         models = build(p, 2)                     # version 2 is a snapshot version
-    store_dir = os.path.join(ckpt, "state", "op", "0")
-    assert "2.snapshot" in os.listdir(store_dir)   # close() waited for the copy
+    def snapshots():
+        return {n.split(".")[0] for n in store_names(ckpt) if n.endswith(".snapshot/_meta.json")}
+    assert snapshots() == {"2"}                    # close() waited for the copy
 
     def fail(*a, **kw):
         raise OSError("disk full")
@@ -313,11 +331,12 @@ def test_background_snapshot_lands_and_a_failed_one_leaves_versions_loadable(tmp
             apply_batch(s, v)
             model_batch(model, v)
             assert s.commit(v) == v
-            s = p.open("op", 0, v)
+            s = p.open("op", 0, v, s.token)
         assert content(s) == model
-    assert "4.snapshot" not in os.listdir(store_dir)
+        token = s.token
+    assert snapshots() == {"2"}
     assert "snapshot of operator 'op' partition 0 was not written" in caplog.text
     monkeypatch.undo()
     fresh = dict(conf, local_dir=str(tmp_path / "fresh"))   # rebuilt from 2.snapshot + changelogs 3, 4
     with make_provider("rocksdb", ckpt, **fresh) as p:
-        assert content(p.open("op", 0, 4)) == model
+        assert content(p.open("op", 0, 4, token)) == model
