@@ -302,10 +302,13 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         return int(meta["rows"])
 
     # -- commit ----------------------------------------------------------------------------------------
+    def _commit(self, store: RocksDBStateStore, version: int, keys: list[bytes], values: list, rows: int) -> str:
+        self._await_upload((store.operator, store.partition))   # its cleanup may still trim the lineage
+        return super()._commit(store, version, keys, values, rows)
+
     def _write_version(self, store: RocksDBStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
         key = (store.operator, store.partition)
-        self._await_upload(key)
         loc = self.store_loc(*key)
         version = meta["version"]
         if self.changelog_checkpointing:

@@ -4,7 +4,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from state_testutil import CONFIGS, IDS, provider_conf
+from state_testutil import CONFIGS, IDS, STORAGES, checkpoint_url, provider_conf, store_names
 from state import StateStoreError, make_provider, read_state, state_view, write_state_schema
 from state.encoding import encode_key, encode_value
 from state.schema import read_state_schema
@@ -13,11 +13,11 @@ UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(params=CONFIGS, ids=IDS)
+@pytest.fixture(params=[(c, s) for s in STORAGES for c in CONFIGS], ids=[f"{i}-{s}" for s in STORAGES for i in IDS])
 def ckpt(request, tmp_path):
-    """A checkpoint with operator "agg" (2 partitions, versions 0..2) and a schema."""
-    name, changelog = request.param
-    path = str(tmp_path / "ckpt")
+    """A checkpoint (local or on S3) with operator "agg" (2 partitions, versions 0..2) and a schema."""
+    (name, changelog), storage = request.param
+    path = checkpoint_url(request, tmp_path, storage)
     with make_provider(name, path, **provider_conf(name, changelog, str(tmp_path / "w"),
                                                    snapshot_interval=2)) as p:
         for part in (0, 1):
@@ -54,8 +54,8 @@ def test_versions_and_partition_filter(ckpt):
 
 
 def test_raw_columns_without_schema(ckpt, tmp_path):
-    import os
-    os.remove(os.path.join(ckpt, "state", "agg", "_schema.json"))
+    from increments import storage
+    storage.location(ckpt).child("state", "agg").delete("_schema.json")
     assert read_state_schema(ckpt, "agg") is None
     t = read_state(ckpt, "agg", version=0, partition=0)
     assert t.column_names == ["key", "value", "_partition"]
@@ -68,3 +68,27 @@ def test_duckdb_view(ckpt):
     got = con.sql("select grp, sum(cnt) as c from agg_state group by grp order by grp").fetchall()
     assert got == [("g0", 63), ("g1", 63)]
     assert con.sql("select count(*) from agg_state").to_arrow_table().column(0)[0].as_py() == 6
+
+
+def test_schema_is_written_once_and_replaced_only_when_it_changes(ckpt):
+    from increments import storage
+    loc = storage.location(ckpt)
+    before = loc.child("state", "agg").read_bytes("_schema.json")
+    write_state_schema(loc, "agg", [("window_start", "TIMESTAMPTZ"), ("grp", "VARCHAR")],
+                       [("cnt", "BIGINT"), ("total", "DOUBLE")])            # another attempt, same query
+    assert loc.child("state", "agg").read_bytes("_schema.json") == before
+    write_state_schema(ckpt, "agg", [("k", "VARCHAR")], [("v", "BIGINT")])   # a changed query
+    assert read_state_schema(loc, "agg") == {"key": [["k", "VARCHAR"]], "value": [["v", "BIGINT"]]}
+
+
+def test_tokens_pick_the_attempt_of_a_redone_version(ckpt, tmp_path):
+    name = "memory" if any(n.endswith(".delta") for n in store_names(ckpt, "agg", 0)) else "rocksdb"
+    with make_provider(name, ckpt, local_dir=str(tmp_path / "redo")) as p:
+        s = p.open("agg", 0, 1)
+        s.put(encode_key((T0, "redo")), encode_value((1, 1.0)))
+        s.commit(2)
+        redo = s.token
+    with pytest.raises(StateStoreError, match="pass the token"):
+        read_state(ckpt, "agg", version=2)
+    t = read_state(ckpt, "agg", version=2, partition=0, tokens={0: redo})
+    assert "redo" in t.column("grp").to_pylist() and t.num_rows == 3

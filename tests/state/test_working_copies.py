@@ -1,0 +1,179 @@
+"""RocksDB working copies are caches: rebuilt when missing, stale or tampered with, kept private,
+found on a fresh machine from the object store, and never a reason for a second runner to die."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from crash_commit import apply_batch, model_batch
+from state_testutil import ROOT, STORAGES, checkpoint_url
+from state import StateStoreError, make_provider
+from state.encoding import encode_key
+from state.working import Working
+from test_state_store import build, content
+
+K = encode_key
+
+
+def _machine(monkeypatch, tmp_path, name: str) -> str:
+    """Make this process look like another machine: its own TMPDIR, no INCREMENTS_LOCAL_DIR."""
+    tmp = tmp_path / name
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.delenv("INCREMENTS_LOCAL_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)       # gettempdir() caches its answer
+    return str(tmp)
+
+
+@pytest.mark.parametrize("name", ["memory", "rocksdb"])
+def test_another_machine_loads_the_same_state_from_s3(s3_bucket, tmp_path, monkeypatch, name):
+    ckpt = s3_bucket + "/chk"
+    m1 = _machine(monkeypatch, tmp_path, "m1")
+    with make_provider(name, ckpt, snapshot_interval=3) as p:
+        models = build(p, 7)
+        t7 = p.open("op", 0, 7).token
+    if name == "rocksdb":
+        assert os.listdir(os.path.join(m1, f"increments-{os.getuid()}", "state"))
+    _machine(monkeypatch, tmp_path, "m2")
+    with make_provider(name, ckpt, snapshot_interval=3) as p:
+        s = p.open("op", 0, 7, t7)
+        assert content(s) == models[7]
+        apply_batch(s, 8)
+        s.commit(8)
+        t8 = s.token
+    model8 = dict(models[7]); model_batch(model8, 8)
+    _machine(monkeypatch, tmp_path, "m1")                   # back on the first machine: its copy is stale
+    with make_provider(name, ckpt, snapshot_interval=3) as p:
+        assert content(p.open("op", 0, 8, t8)) == model8
+
+
+def _built(request, tmp_path, storage, **conf):
+    ckpt = checkpoint_url(request, tmp_path, storage)
+    conf = {"local_dir": str(tmp_path / "w"), "snapshot_interval": 3, **conf}
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        models = build(p, 4)
+        s = p.open("op", 0, 4)
+        path, token, lineage = s._w.path, s.token, dict(s._w.lineage)
+    return ckpt, conf, models, path, token, lineage
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_a_tampered_working_copy_is_rebuilt(request, tmp_path, storage):
+    ckpt, conf, models, path, token, lineage = _built(request, tmp_path, storage)
+    rows = len(models[4])
+    tampers = [
+        ("a token the checkpoint never wrote", lambda w: w.write([K(("evil",))], [b"x"], 4, "f" * 32, rows + 1, {})),
+        ("the right token, other rows", lambda w: w.write([K(("evil",))], [b"x"], 4, token, rows + 1, lineage)),
+        ("the right token and rows, another version", lambda w: w.write([], [], 3, token, rows, lineage)),
+    ]
+    for what, tamper in tampers:
+        w = Working(path)
+        tamper(w)
+        w.close()
+        with make_provider("rocksdb", ckpt, **conf) as p:
+            s = p.open("op", 0, 4, token)
+            assert content(s) == models[4], what
+            assert (s._w.token, s._w.rows) == (token, rows), what
+
+
+def test_a_cache_root_of_another_user_or_writable_by_others_is_refused(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    os.chown(other, 12345, 12345)
+    with make_provider("rocksdb", ckpt, local_dir=str(other)) as p:
+        with pytest.raises(StateStoreError, match="belongs to user id 12345"):
+            p.open("op", 0, -1)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with make_provider("rocksdb", ckpt, local_dir=str(shared)) as p:
+        with pytest.raises(StateStoreError, match="can be written by other users"):
+            p.open("op", 0, -1)
+
+
+def test_a_store_directory_of_another_user_is_refused_and_one_writable_by_others_rebuilt(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    conf = {"local_dir": str(tmp_path / "w")}
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        models = build(p, 2)
+        s = p.open("op", 0, 2)
+        token, store_dir = s.token, os.path.dirname(s._w.path)
+    w = Working(os.path.join(store_dir, "db"))               # planted content, the right meta
+    w.write([K(("evil",))], [b"x"], 2, token, len(models[2]), {})
+    w.close()
+    os.chmod(store_dir, 0o777)
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        assert content(p.open("op", 0, 2, token)) == models[2]
+    assert os.stat(store_dir).st_mode & 0o777 == 0o700
+    os.chown(store_dir, 12345, 12345)
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        with pytest.raises(StateStoreError, match=r"working directory .* belongs to user id 12345"):
+            p.open("op", 0, 2, token)
+
+
+@pytest.mark.parametrize("changelog", [True, False])
+@pytest.mark.parametrize("storage", STORAGES)
+def test_two_providers_of_one_checkpoint_open_the_same_partition_at_once(request, tmp_path, storage, changelog):
+    ckpt, conf, models, path, token, _ = _built(request, tmp_path, storage, changelog_checkpointing=changelog)
+    p1, p2 = make_provider("rocksdb", ckpt, **conf), make_provider("rocksdb", ckpt, **conf)
+    try:
+        s1, s2 = p1.open("op", 0, 4, token), p2.open("op", 0, 4, token)   # no death on the RocksDB lock
+        assert content(s1) == content(s2) == models[4]
+        assert s1._w.path != s2._w.path
+        apply_batch(s1, 5)
+        s2.put(K(("second",)), b"2")
+        s1.commit(5)
+        s2.commit(5)
+        t1, t2 = s1.token, s2.token
+    finally:
+        p1.close()
+        p2.close()
+    assert not [n for n in os.listdir(os.path.dirname(path)) if n.startswith("proc-")]   # private copy removed
+    model5 = dict(models[4]); model_batch(model5, 5)
+    with make_provider("rocksdb", ckpt, **dict(conf, local_dir=str(tmp_path / "fresh"))) as p:
+        assert content(p.open("op", 0, 5, t1)) == model5
+        assert content(p.open("op", 0, 5, t2)) == {**models[4], K(("second",)): b"2"}
+
+
+_HOLDER = """
+import sys
+sys.path.insert(0, {root!r})
+from state import make_provider
+p = make_provider("rocksdb", {ckpt!r}, local_dir={local!r})
+s = p.open("op", 0, 4, {token!r})
+print("open", flush=True)
+sys.stdin.readline()
+s.put(b"holder", b"1")
+s.commit(5)
+p.close()
+print(s.token, flush=True)
+"""
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_two_runner_processes_both_get_a_working_copy(request, tmp_path, storage):
+    ckpt, conf, models, path, token, _ = _built(request, tmp_path, storage)
+    code = _HOLDER.format(root=ROOT, ckpt=ckpt, local=conf["local_dir"], token=token)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with make_provider("rocksdb", ckpt, **conf) as p:      # the other runner holds the working copy
+            s = p.open("op", 0, 4, token)
+            assert content(s) == models[4]
+            apply_batch(s, 5)
+            s.commit(5)
+            mine = s.token
+        out, _ = holder.communicate("go\n", timeout=120)
+        assert holder.returncode == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    theirs = out.strip()
+    model5 = dict(models[4]); model_batch(model5, 5)
+    with make_provider("rocksdb", ckpt, **dict(conf, local_dir=str(tmp_path / "fresh"))) as p:
+        assert content(p.open("op", 0, 5, mine)) == model5
+        assert content(p.open("op", 0, 5, theirs)) == {**models[4], b"holder": b"1"}
