@@ -17,6 +17,10 @@ is a fresh uuid per commit), so two attempts of one batch (a redo, or a zombie t
 never overwrite each other: each version has one file set per token, and the commit log names the
 authoritative token. Loading (v, token) follows ``parent`` tokens back to a complete snapshot on
 that lineage (or to version -1, empty), then replays forward (``trace``).
+
+Checkpoints of earlier releases named files ``<v>.delta`` / ``<v>.changelog`` / ``<v>.snapshot``
+without a token and recorded no parent: they read as token "" with parent "", a lineage of their
+own that new versions (parent "") continue.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import pyarrow as pa
 
 from .base import StateStoreError
 
-_NAME = re.compile(r"^(\d+)\.([0-9A-Za-z_-]+)\.(delta|changelog|snapshot)(?:/(.+))?$")
+_NAME = re.compile(r"^(\d+)(?:\.([0-9A-Za-z_-]+))?\.(delta|changelog|snapshot)(?:/(.+))?$")
 _SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 META = "_meta.json"
 
@@ -46,11 +50,11 @@ def put(loc, name: str, data: bytes) -> None:
 
 
 def log_name(version: int, token: str, kind: str) -> str:
-    return f"{version}.{token}.{kind}"
+    return f"{version}.{token}.{kind}" if token else f"{version}.{kind}"
 
 
 def snapshot_name(version: int, token: str) -> str:
-    return f"{version}.{token}.snapshot"
+    return log_name(version, token, "snapshot")
 
 
 # -- rows files -----------------------------------------------------------------------------------
@@ -115,7 +119,7 @@ def list_store(loc) -> Listing:
         m = _NAME.match(o.name)
         if not m:
             continue
-        key = (int(m.group(1)), m.group(2))
+        key = (int(m.group(1)), m.group(2) or "")
         kind, sub = m.group(3), m.group(4)
         if kind != "snapshot":
             if sub is None:
@@ -180,7 +184,7 @@ def trace(loc, listing: Listing, version: int, token: str, log_kind: str, where:
             meta, keys, values = decode_rows(loc.read_bytes(name))
         except FileNotFoundError as e:
             raise StateStoreError(f"cannot load state version {version} of {where}: {e}") from None
-        if meta.get("version") != v or meta.get("token") != tok:
+        if meta.get("version") != v or (tok and meta.get("token") != tok):
             raise StateStoreError(f"cannot load state version {version} of {where}: {name} records "
                                   f"version {meta.get('version')} token {meta.get('token')}")
         logs.append((meta, keys, values))
@@ -198,7 +202,9 @@ def cleanup_bound(listing: Listing, latest: int, retention: int, lineage: dict[i
     token of its version) at or below ``latest - retention + 1`` and below ``latest``. Versions below
     ``latest`` are shared with every other attempt of ``latest`` (all of them were built on the
     version the commit log names), so a losing attempt never deletes what a winner needs: everything
-    from a snapshot of the shared lineage on is kept, whatever the winner's tokens above it."""
+    from a snapshot of the shared lineage on is kept, whatever the winner's tokens above it.
+    This relies on the engine's fence: an attempt commits at most one version the commit log does
+    not name (it learns that it lost when it writes that version's commit, and stops)."""
     cap = min(latest - retention + 1, latest - 1)
     found = [v for (v, t) in listing.snapshots if v <= cap and lineage.get(v) == t]
     return max(found, default=-1)

@@ -1,6 +1,6 @@
 """The state reader: any operator's state at any version as an Arrow table.
 
-``read_state(checkpoint, operator, version=None, partition=None, tokens=None, storage_options=None)``
+``read_state(checkpoint, operator, version=None, tokens=None, storage_options=None, partition=None)``
 rebuilds each partition's store read-only (RocksDB into a private temp working copy, never touching
 the engine's) and returns one row per state row:
 
@@ -54,8 +54,8 @@ def _read_partition(checkpoint, operator: str, partition: int, version: int, tok
             store.close()
 
 
-def read_state(checkpoint, operator: str, version: int | None = None, partition: int | None = None,
-               tokens: dict[int, str] | None = None, storage_options: dict | None = None) -> pa.Table:
+def read_state(checkpoint, operator: str, version: int | None = None, tokens: dict[int, str] | None = None,
+               storage_options: dict | None = None, partition: int | None = None) -> pa.Table:
     """Arrow table of the operator's state at ``version`` (see module docstring)."""
     from increments import storage
     loc = storage.location(checkpoint, storage_options)

@@ -286,7 +286,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         """Fill the (empty) working copy directory ``path`` with the snapshot's files; its rows."""
         prefix = files.snapshot_name(*snap) + "/"
         meta = json.loads(loc.read_bytes(prefix + files.META))
-        if meta.get("version") != snap[0] or meta.get("token") != snap[1]:
+        if meta.get("version") != snap[0] or (snap[1] and meta.get("token") != snap[1]):
             raise StateStoreError(f"{loc.join(prefix + files.META)} records version {meta.get('version')} "
                                   f"token {meta.get('token')}, not {snap[0]} {snap[1]}")
         local = loc.local_path(prefix)

@@ -340,3 +340,25 @@ def test_background_snapshot_lands_and_a_failed_one_leaves_versions_loadable(tmp
     fresh = dict(conf, local_dir=str(tmp_path / "fresh"))   # rebuilt from 2.snapshot + changelogs 3, 4
     with make_provider("rocksdb", ckpt, **fresh) as p:
         assert content(p.open("op", 0, 4, token)) == model
+
+
+@pytest.mark.parametrize("name,kind", [("memory", "delta"), ("rocksdb", "changelog")])
+def test_a_checkpoint_of_an_earlier_release_without_tokens_loads_and_goes_on(tmp_path, name, kind):
+    from increments import storage
+    from state import files
+    loc = storage.location(str(tmp_path / "ckpt")).child("state", "op", "0")
+    model = {}
+    for v in range(3):                          # <v>.delta / <v>.changelog, no token in the name, no parent
+        before = dict(model)
+        model_batch(model, v)
+        keys = sorted(set(before) | set(model))
+        loc.write_bytes(f"{v}.{kind}", files.encode_rows(
+            keys, [model.get(k) for k in keys], {"version": v, "token": files.new_token(), "rows": len(model)}))
+    with make_provider(name, str(tmp_path / "ckpt"), local_dir=str(tmp_path / "w")) as p:
+        s = p.open("op", 0, 2)
+        assert content(s) == model
+        apply_batch(s, 3); model_batch(model, 3)
+        s.commit(3)
+        token = s.token
+    with make_provider(name, str(tmp_path / "ckpt"), local_dir=str(tmp_path / "fresh")) as p:
+        assert content(p.open("op", 0, 3, token)) == model
