@@ -5,6 +5,9 @@ is redone with exactly offsets[N]'s start and end offsets, watermarks and timest
 ever deleted from the log by the engine.
 
 URL: `log_url` option, else env INCREMENTS_LOG_URL, else an SQLite file `<checkpoint>/log.sqlite`.
+The SQLite default exists only for a checkpoint on the local disk: a checkpoint on an object store
+(s3://, gs://, az://, ...) needs a log that every machine reaches and that fences runners with
+transactions, so it is refused with the embedded SQLite log (no log_url, or an sqlite URL).
 """
 from __future__ import annotations
 
@@ -20,11 +23,23 @@ from .sql_log import CommitLog, EntryExists, OffsetLog
 _ENGINES: dict[str, sa.Engine] = {}
 
 
-def resolve_log_url(log_url: str | None, checkpoint: str) -> str:
+def resolve_log_url(log_url: str | None, checkpoint: Any) -> str:
+    """The log's SQLAlchemy URL for a checkpoint (a Location or a path); see the module doc.
+
+    Raises AnalysisException for a remote checkpoint without a PostgreSQL log."""
+    from ..storage import location
+    loc = location(checkpoint)
     url = log_url or os.environ.get("INCREMENTS_LOG_URL")
+    if not loc.is_local and (not url or url.lower().startswith("sqlite")):
+        from ..errors import AnalysisException
+        got = "an sqlite log URL" if url else "no log_url option and no INCREMENTS_LOG_URL"
+        raise AnalysisException(
+            f"the checkpoint {loc.url} is on an object store, and {got} was given: the offsets/commits log "
+            "must then be PostgreSQL (the embedded SQLite log lives on one machine's disk). Set the "
+            "write_stream option log_url (or INCREMENTS_LOG_URL) to a postgresql:// URL.")
     if url:
         return url
-    return "sqlite:///" + os.path.abspath(os.path.join(checkpoint, "log.sqlite"))
+    return "sqlite:///" + os.path.join(loc.local_path(), "log.sqlite")
 
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -201,5 +216,5 @@ class BatchLog:
         return [(o, commits.get(o.batch_id)) for o in offs]
 
 
-def open_log(log_url: str | None, checkpoint: str, query_id: str, query_name: str = "") -> BatchLog:
+def open_log(log_url: str | None, checkpoint: Any, query_id: str, query_name: str = "") -> BatchLog:
     return BatchLog(resolve_log_url(log_url, checkpoint), query_id, query_name)

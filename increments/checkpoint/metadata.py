@@ -1,9 +1,11 @@
-"""The checkpoint directory's metadata: the query id (stable from the first start) and the conf
-fixed at the first run (state provider, state partitions, changelog checkpointing, the plan's
-stateful operators). A restart that asks for something else fails before any batch runs.
+"""The checkpoint's metadata: the query id (stable from the first start) and the conf fixed at
+the first run (state provider, state partitions, changelog checkpointing, the plan's stateful
+operators). A restart that asks for something else fails before any batch runs.
 
-Layout: <checkpoint>/metadata.json, <checkpoint>/conf.json, <checkpoint>/sources/<i>/,
-<checkpoint>/state/<operator>/<partition>/, <checkpoint>/staging/<batch>/ (between steps).
+The checkpoint is a Location (a local directory or an object-store prefix). Layout:
+<checkpoint>/metadata.json, <checkpoint>/conf.json, <checkpoint>/sources/<i>/,
+<checkpoint>/state/<operator>/<partition>/, <checkpoint>/staging/<batch>/<run id>/ (between steps).
+The local helpers atomic_write_json / read_json below serve the sinks' local bookkeeping.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import IncompatibleCheckpointError
+from ..storage import Location
 
 
 def _durable_temp(directory: str, body: Any) -> str:
@@ -39,49 +42,51 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
-def _create_once(path: str, body: Any) -> None:
-    """Create `path` with `body` unless it exists; two starters racing agree on one file (link is atomic)."""
-    tmp = _durable_temp(os.path.dirname(path), body)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-
-
 @dataclass
 class CheckpointMetadata:
-    location: str
+    location: Location
     query_id: str
     created_at_ms: int
     conf: dict[str, Any]
 
     @classmethod
-    def open(cls, location: str, name: str | None, conf: dict[str, Any]) -> "CheckpointMetadata":
+    def open(cls, location: Location | str, name: str | None, conf: dict[str, Any]) -> "CheckpointMetadata":
         """Create the checkpoint at first start, or check `conf` against the one fixed then.
 
+        metadata.json is written create-only (a conditional put on object stores, a hard link on
+        local disk): two starters racing on a new checkpoint agree on the one that landed first.
         Keys of the fixed conf whose value differs raise IncompatibleCheckpointError naming both
         values; keys the checkpoint does not know yet (added by a newer release) are recorded.
         """
-        location = os.path.abspath(location)
-        meta_path = os.path.join(location, "metadata.json")
-        conf_path = os.path.join(location, "conf.json")
-        if not os.path.exists(meta_path):
-            _create_once(meta_path, {"id": str(uuid.uuid4()), "name": name, "created_at_ms": int(time.time() * 1000)})
-        meta = read_json(meta_path)
-        fixed = read_json(conf_path) if os.path.exists(conf_path) else {}
+        from ..storage import location as make_location
+        loc = make_location(location)
+        try:
+            loc.write_json("metadata.json", {"id": str(uuid.uuid4()), "name": name,
+                                             "created_at_ms": int(time.time() * 1000)}, create_only=True)
+        except FileExistsError:
+            pass
+        meta = loc.read_json("metadata.json")
+        try:
+            fixed = loc.read_json("conf.json")
+        except FileNotFoundError:
+            fixed = {}
         conf = json.loads(json.dumps(conf))  # compare as stored (tuples -> lists)
         changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
         if changed:
             what = "; ".join(f"{k}: checkpoint has {old!r}, this start asks for {new!r}" for k, old, new in changed)
             raise IncompatibleCheckpointError(
-                f"query {name or meta['id']!r}: the checkpoint at {location} was started with a different "
+                f"query {name or meta['id']!r}: the checkpoint at {loc.url} was started with a different "
                 f"configuration ({what}). These are fixed at the first run. Keep the original values, or start "
                 f"the changed query on a new checkpoint location and backfill it from the sources.")
         if any(k not in fixed for k in conf):
-            atomic_write_json(conf_path, {**conf, **fixed})
-        return cls(location, meta["id"], meta["created_at_ms"], {**conf, **fixed})
+            loc.write_json("conf.json", {**conf, **fixed})
+        return cls(loc, meta["id"], meta["created_at_ms"], {**conf, **fixed})
 
-    def path(self, *parts: str) -> str:
-        return os.path.join(self.location, *parts)
+
+def read_metadata(location: Location | str) -> dict[str, Any] | None:
+    """The checkpoint's metadata.json (id, name, created_at_ms), or None when there is none."""
+    from ..storage import location as make_location
+    try:
+        return make_location(location).read_json("metadata.json")
+    except FileNotFoundError:
+        return None

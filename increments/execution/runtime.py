@@ -90,20 +90,33 @@ def _bool(v: Any) -> bool:
 def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory") -> QueryRuntime:
     """Compile the query, open (or create) its checkpoint and log, attach sources and sink.
 
+    The checkpoint is a Location: a local path, file://, or an object-store URL (s3://, gs://,
+    az://, ...) opened with the writer option `storage_options` (a dict, delta-rs' names).
+    Refused before anything is written: an unknown scheme of the checkpoint or of the sink path
+    (UnknownSchemeError naming it); a remote checkpoint without a PostgreSQL log (AnalysisException).
     Fails before any batch runs when the plan is not streamable or the checkpoint's fixed conf
     (state provider, partitions, stateful operators' state schemas) differs from this start's.
     """
+    from .. import storage
+    from ..checkpoint.log import resolve_log_url
     from .sink_factory import make_sink
     opts = settings.options
-    checkpoint = settings.checkpoint or opts.get("checkpoint_location") or opts.get("checkpointLocation")
-    if not checkpoint:
+    storage_options = dict(opts.get("storage_options") or {})
+    storage.remember_secrets(storage_options)
+    checkpoint_url = settings.checkpoint or opts.get("checkpoint_location") or opts.get("checkpointLocation")
+    if not checkpoint_url:
         if settings.format in ("memory", "console"):
             import tempfile
-            checkpoint = tempfile.mkdtemp(prefix="increments-chk-")
+            checkpoint_url = tempfile.mkdtemp(prefix="increments-chk-")
         else:
             raise AnalysisException("checkpoint_location(path) is required for this sink: the checkpoint holds the "
                                     "query id, the seen-files log and the state")
-    checkpoint = os.path.abspath(checkpoint)
+    storage.check_scheme(os.fspath(checkpoint_url), "checkpoint location")
+    sink_path = settings.path or opts.get("path")
+    if sink_path and settings.sink is None and settings.foreach_batch is None:
+        storage.check_scheme(os.fspath(sink_path), "sink path")
+    checkpoint = storage.location(checkpoint_url, storage_options)
+    log_url = resolve_log_url(opts.get("log_url"), checkpoint)
     plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node))
     provider = str(opts.get("state_store", "rocksdb")).lower()
     if provider not in ("rocksdb", "memory"):
@@ -115,22 +128,23 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
     for op in plan.stateful_ops:
         conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
-        op.checkpoint_dir = checkpoint  # lets has_time_based_work read the op's sidecar files
     name = settings.query_name or opts.get("query_name")
     meta = CheckpointMetadata.open(checkpoint, name, conf)
     name = name or meta.query_id
-    log = open_log(opts.get("log_url"), checkpoint, meta.query_id, name)
+    log = open_log(log_url, checkpoint, meta.query_id, name)
     sink = settings.sink or make_sink(settings)
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
     key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
-    sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns))
+    sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns, storage_options))
     for i, src in enumerate(plan.sources):
-        src.open(checkpoint, i, name)
-    stage = DiskStaging(os.path.join(checkpoint, "staging")) if staging == "disk" else MemoryStaging()
-    state = StateManager(checkpoint, provider, partitions, changelog)
-    return QueryRuntime(name, meta, log, plan, sink, settings, stage, state)
+        src.open(checkpoint, i, name, storage_options)
+    state = StateManager(checkpoint, provider, partitions, changelog, opts.get("local_dir"))
+    rt = QueryRuntime(name, meta, log, plan, sink, settings, MemoryStaging(), state)
+    if staging == "disk":
+        rt.staging = DiskStaging(checkpoint.child("staging"), lambda: rt.run_id)
+    return rt
 
 
 def _with_own_sources(node: Any) -> Any:

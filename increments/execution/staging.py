@@ -1,20 +1,28 @@
 """Data handed from one protocol step to the next.
 
 MemoryStaging keeps it in the process (the local runner). DiskStaging writes Arrow IPC and JSON
-under <checkpoint>/staging/<batch>/ so each step can run in its own process (Dagster ops). A redo
-of batch N rewrites its staging from the read step on, so stale files never leak into a batch.
+under the checkpoint (a local directory or an object-store prefix) so that each step can run in
+its own process, on any machine (Dagster ops):
+
+    <checkpoint>/staging/<batch id>/<run id>/<name>.arrow | <name>.json
+
+Zombie safety: the run id is the owner of offsets[N] (rt.run_id, the Dagster run id), so a run
+that lost the fence (a stale run, a zombie still writing after a takeover) can only write under
+its own run id, which the winner never reads: nothing the winner reads can be overwritten by a
+loser. A redo of batch N runs under a new run id and rewrites its staging from the read step on,
+so stale files never leak into a batch. `clear(N)` removes every batch <= N (after commits[N]);
+a zombie's late writes under an already cleared batch are removed by the next clear.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ..checkpoint.metadata import atomic_write_json
+from ..storage import Location
 
 
 class MemoryStaging:
@@ -39,39 +47,54 @@ class MemoryStaging:
 
 
 class DiskStaging:
-    def __init__(self, root: str):
-        self.root = root
+    """Staging under `root` (a Location: <checkpoint>/staging), keyed by batch and run id.
 
-    def _dir(self, batch_id: int) -> str:
-        d = os.path.join(self.root, str(batch_id))
-        os.makedirs(d, exist_ok=True)
-        return d
+    `run_id` is a callable giving the current owner's run id (the runtime's run id may be set
+    after the staging is made: the Dagster ops adopt the Dagster run id).
+    """
+
+    def __init__(self, root: Location, run_id: Callable[[], str]):
+        self.root = root
+        self._run_id = run_id
+
+    def _name(self, batch_id: int, name: str) -> str:
+        return f"{int(batch_id)}/{self._run_id()}/{name}"
 
     def put_table(self, batch_id: int, name: str, table: pa.Table) -> None:
-        d = self._dir(batch_id)
-        tmp = os.path.join(d, f".{name}.arrow.tmp")
-        with pa.OSFile(tmp, "wb") as f, ipc.new_file(f, table.schema) as w:
+        key = self._name(batch_id, name + ".arrow")
+        path = self.root.local_path(key)
+        if path is not None:     # local disk: stream to a temp file, publish by rename (no fsync: transient)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
+            with pa.OSFile(tmp, "wb") as f, ipc.new_file(f, table.schema) as w:
+                w.write_table(table)
+            os.replace(tmp, path)
+            return
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
-        os.replace(tmp, os.path.join(d, f"{name}.arrow"))
+        self.root.write_bytes(key, sink.getvalue().to_pybytes())
 
     def get_table(self, batch_id: int, name: str) -> pa.Table:
-        path = os.path.join(self.root, str(batch_id), f"{name}.arrow")
-        with pa.memory_map(path) as src:
-            return ipc.open_file(src).read_all()
+        key = self._name(batch_id, name + ".arrow")
+        path = self.root.local_path(key)
+        if path is not None:
+            with pa.memory_map(path) as src:
+                return ipc.open_file(src).read_all()
+        return ipc.open_file(pa.BufferReader(self.root.read_bytes(key))).read_all()
 
     def put_json(self, batch_id: int, name: str, body: Any) -> None:
-        atomic_write_json(os.path.join(self._dir(batch_id), f"{name}.json"), body)
+        self.root.write_json(self._name(batch_id, name + ".json"), body)
 
     def get_json(self, batch_id: int, name: str, default: Any = None) -> Any:
-        path = os.path.join(self.root, str(batch_id), f"{name}.json")
-        if not os.path.exists(path):
+        try:
+            return self.root.read_json(self._name(batch_id, name + ".json"))
+        except FileNotFoundError:
             return default
-        with open(path) as f:
-            return json.load(f)
 
     def clear(self, batch_id: int) -> None:
-        if not os.path.isdir(self.root):
-            return
-        for name in os.listdir(self.root):
-            if name.isdigit() and int(name) <= batch_id:
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+        _, dirs = self.root.list_dir("")
+        for d in dirs:
+            b = d.rsplit("/", 1)[-1]
+            if b.isdigit() and int(b) <= batch_id:
+                self.root.delete_prefix(b + "/")

@@ -8,36 +8,61 @@ The stores of a batch commit concurrently (each commit is mostly file writes and
 release the GIL). Each store's commit is atomic on its own; a crash part-way leaves some
 partitions at N and others at N-1, which is harmless: commits[N] is not written, so the redo opens
 every partition at N-1 and the provider discards the orphaned version N.
+
+Tokens (zombie safety): a committed version is named by a token unique to the attempt that wrote
+it (store.token after commit). Batch N opens each store at N-1 with the token recorded in
+commits[N-1].extra["state_tokens"] ({operator id: [token of partition 0, 1, ...]}; `begin`), and
+after the commit `tokens` gives this attempt's tokens, which commit_batch records in commits[N].
+A runner that lost the fence may still commit a version N of its own, but under its own token,
+which no commit row names: the winner and every later batch read only the winner's files.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..storage import Location
+
 
 class StateManager:
-    def __init__(self, checkpoint: str, provider_name: str, partitions: int, changelog: bool):
+    def __init__(self, checkpoint: Location, provider_name: str, partitions: int, changelog: bool,
+                 local_dir: str | None = None):
         self.checkpoint = checkpoint
         self.provider_name = provider_name
         self.partitions = partitions
         self.changelog = changelog
+        self.local_dir = local_dir
         self._provider = None
         self._open: dict[str, list[Any]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._base: tuple[int, dict[str, list]] = (-1, {})       # (version, tokens) the stores open at
+        self.committed: tuple[int, dict[str, list]] | None = None  # (batch, tokens) in this runner's commits[batch]
 
     @property
     def provider(self):
         if self._provider is None:
             from state import make_provider
-            self._provider = make_provider(self.provider_name, self.checkpoint,
+            self._provider = make_provider(self.provider_name, self.checkpoint, local_dir=self.local_dir,
                                            changelog_checkpointing=self.changelog)
         return self._provider
+
+    def begin(self, batch_id: int, tokens: dict[str, list]) -> None:
+        """Batch `batch_id` opens its stores at batch_id - 1 with `tokens` (commits[batch_id-1]'s)."""
+        self._base = (batch_id - 1, dict(tokens or {}))
+
+    def _token(self, operator_id: str, partition: int, version: int) -> str | None:
+        base_version, tokens = self._base
+        if version < 0 or base_version != version:
+            return None
+        ts = tokens.get(operator_id) or []
+        return ts[partition] if partition < len(ts) else None
 
     def stores_for(self, operator_id: str, batch_id: int) -> list[Any]:
         stores = self._open.get(operator_id)
         if stores is None:
             provider = self.provider
-            stores = self._each([lambda p=p: provider.open(operator_id, p, batch_id - 1)
+            v = batch_id - 1
+            stores = self._each([lambda p=p: provider.open(operator_id, p, v, self._token(operator_id, p, v))
                                  for p in range(self.partitions)], on_error=lambda s: s.close())
             self._open[operator_id] = stores
         return stores
@@ -75,6 +100,10 @@ class StateManager:
         (after all commits have finished, so none is left running)."""
         self._each([lambda s=s: s.commit(batch_id) for ss in self._open.values() for s in ss])
         return {op_id: batch_id for op_id in self._open}
+
+    def tokens(self) -> dict[str, list]:
+        """The tokens of the versions just committed: {operator id: [partition 0's, 1's, ...]}."""
+        return {op_id: [getattr(s, "token", None) for s in ss] for op_id, ss in self._open.items()}
 
     def release(self) -> None:
         for stores in self._open.values():

@@ -5,9 +5,16 @@
                   nothing new and no time-based work -> None (nothing runs, nothing is written)
                   write offsets[N] = (start, end, W_N, W_{N-1}, per-input watermarks, timestamp)
     read:    rows in (start, end] of every source, staged as input_<i>
-    process: operators over the staged rows; state loaded at N-1, committed as N; output staged
+    process: operators over the staged rows; state loaded at N-1 (the tokens of commits[N-1]),
+             committed as N under this attempt's tokens; output staged
     write:   sink.add_batch(N, output): idempotent per (query id, N)
-    commit:  commits[N] (only while this runner owns offsets[N]) with the next watermark
+    commit:  commits[N] (only while this runner owns offsets[N]) with the next watermark, the
+             state tokens of N and the operators' next processing-time timers
+
+The fence comes first: process and write refuse (ConcurrentRunError) unless this runner owns
+offsets[N], and commit is one atomic insert-if-owner. A runner that lost the fence mid-step can
+only have written files named by its own attempt (state tokens, staging under its run id), which
+no commit row names, so the winner never reads them.
 
 A crash anywhere before commits[N] makes the next plan return the redo of N with the same offsets,
 watermarks and timestamp; state restarts from N-1 and the sink skips or replaces batch N.
@@ -83,7 +90,41 @@ def _time_based_work(rt: QueryRuntime, last_off: OffsetsEntry | None, watermark:
         return False
     if rt.plan.has_watermark_eviction and watermark > last_off.watermark_ms:
         return True
-    return any(op.has_time_based_work(watermark, now_ms) for op in rt.plan.stateful_ops)
+    if any(op.has_time_based_work(watermark, now_ms) for op in rt.plan.stateful_ops):
+        return True
+    return any(t is not None and t <= now_ms for t in _next_timers(rt, last_off.batch_id).values())
+
+
+def _next_timers(rt: QueryRuntime, batch_id: int) -> dict[str, int | None]:
+    """The operators' earliest processing-time timers after batch `batch_id`, from its commit row
+    (commits[N].extra["next_timers"]: {operator id: ms or None})."""
+    if not any(hasattr(op, "next_timer_ms") for op in rt.plan.stateful_ops):
+        return {}
+    c = rt.log.get_commit(batch_id)
+    return dict((c.extra.get("next_timers") or {}) if c else {})
+
+
+def check_owner(rt: QueryRuntime, batch_id: int, step: str) -> None:
+    """The fence: ConcurrentRunError unless this runner (rt.run_id) still owns offsets[N]. (Another
+    runner can only have committed N after claiming it, which makes it the owner.)"""
+    from ..errors import ConcurrentRunError
+    entry = rt.log.get_offsets(batch_id)
+    if entry is None or entry.owner != rt.run_id:
+        owner = f"run {entry.owner} (attempt {entry.attempt})" if entry else "nobody"
+        raise ConcurrentRunError(f"{rt.where(batch_id, step)}: offsets[{batch_id}] is owned by {owner}, not by run "
+                                 f"{rt.run_id}; this run stops without touching state or the sink. Start only one "
+                                 "runner per checkpoint.")
+
+
+def _base_tokens(rt: QueryRuntime, batch_id: int) -> dict[str, list]:
+    """The state tokens of version batch_id - 1: from this runner's own last commit, else the log."""
+    if batch_id == 0 or not rt.plan.stateful_ops:
+        return {}
+    mine = rt.state.committed
+    if mine is not None and mine[0] == batch_id - 1:
+        return mine[1]
+    c = rt.log.get_commit(batch_id - 1)
+    return dict((c.extra.get("state_tokens") or {}) if c else {})
 
 
 def load_plan(rt: QueryRuntime, batch_id: int) -> BatchPlan:
@@ -144,6 +185,8 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
     """Run the operators; commit every state store as version N (or abort all); stage the output."""
     t0 = time.perf_counter()
     e = plan.entry
+    check_owner(rt, e.batch_id, "process")
+    rt.state.begin(e.batch_id, _base_tokens(rt, e.batch_id))
     inputs = {i: rt.staging.get_table(e.batch_id, f"input_{i}") for i in range(len(rt.sources))}
     ctx = BatchContext(e.batch_id, e.watermark_ms, e.late_watermark_ms, e.timestamp_ms, inputs,
                        query_name=rt.name, output_mode=rt.output_mode, state=rt.state)
@@ -154,6 +197,7 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
         # metrics before the commit: a commit resets the stores' per-batch counters
         state_ops = [_state_progress(rt, op, ctx) for op in rt.plan.stateful_ops]
         versions = rt.state.commit_all(e.batch_id)
+        tokens = rt.state.tokens()
     except BaseException:
         rt.state.abort_all()
         raise
@@ -162,6 +206,9 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
     info = {
         "event_time": {k: vars(v) for k, v in ctx.event_time.items()},
         "state_versions": versions,
+        "state_tokens": tokens,
+        "next_timers": {op.operator_id: op.next_timer_ms(e.batch_id) for op in rt.plan.stateful_ops
+                        if hasattr(op, "next_timer_ms")},
         "state_operators": state_ops,
         "warnings": ctx.warnings,
         "dead_letters": ctx.dead_letters,
@@ -185,6 +232,7 @@ def _state_progress(rt: QueryRuntime, op: Any, ctx: BatchContext) -> dict[str, A
 def write_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
     """Hand the staged output to the sink; the sink makes the call idempotent per batch id."""
     t0 = time.perf_counter()
+    check_owner(rt, plan.batch_id, "write")
     output = rt.staging.get_table(plan.batch_id, "output")
     result = rt.sink.add_batch(plan.batch_id, output)
     info = {"num_output_rows": result.num_output_rows, "sink_version": result.version,
@@ -218,8 +266,10 @@ def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[s
         event_time=stats, committed_at_ms=int(time.time() * 1000),
         extra={"state_operators": proc.get("state_operators", []), "sources": read["sources"],
                "dead_letters": proc.get("dead_letters", {}), "warnings": warnings,
-               "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.get("static_versions", {})})
+               "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.get("static_versions", {}),
+               "state_tokens": proc.get("state_tokens", {}), "next_timers": proc.get("next_timers", {})})
     rt.log.write_commit(entry, rt.run_id)
+    rt.state.committed = (e.batch_id, entry.extra["state_tokens"])
     entry.durations_ms["commit_offsets"] = _ms(t0)
     for i, src in enumerate(rt.sources):
         src.commit(e.end[str(i)])

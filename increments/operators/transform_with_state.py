@@ -20,9 +20,9 @@ Time-based batches: when the query has a watermark, a trailing no-data batch run
 advanced (SEMANTICS.md rule 2), in every time mode, as Spark 4.3 does (observed: time_mode None runs
 it too, with no output). In processing_time mode Spark 4.3 asks for another batch unconditionally
 (under available_now it never terminates); increments does not. In processing_time mode, after each batch the earliest
-registered timer is written to state/<op>/_next_timer.json (a sidecar; the redo path of the plan
-never reads it, and the non-redo path only runs once the batch that wrote it committed), and
-`has_time_based_work` asks for a no-data batch when that timer is due.
+registered timer is reported by `next_timer_ms(N)`; the engine records it in the process step's info
+and in commits[N].extra["next_timers"] (no file in the checkpoint is overwritten), and the plan of
+the next batch asks for a no-data batch when that timer is due (the redo path never reads it).
 
 State layout (one keyspace per partition; state/encoding order-preserving keys), every key is
 (kind, name, *grouping key, sub: bytes), see increments/stateful_processor.py:
@@ -32,8 +32,6 @@ State layout (one keyspace per partition; state/encoding order-preserving keys),
 from __future__ import annotations
 
 import copy
-import json
-import os
 from typing import Any
 
 import pyarrow as pa
@@ -49,7 +47,6 @@ from ..stateful_processor import (LIST, MAP, TIMER, VALUE, TIMER_INDEX, TTL_INDE
 from .base import BatchContext, PhysicalOp
 from .state_util import duck_type, partition_sql, split_by_partition, write_schema_once
 
-SIDECAR = "_next_timer.json"
 _VALUE_FIELDS = [("value", "STRUCT"), ("expires_at_ms", "BIGINT"), ("map_key", "STRUCT"),
                  ("list_values", "LIST"), ("list_expires_at_ms", "LIST")]
 
@@ -64,7 +61,7 @@ class TransformWithStateOp(PhysicalOp):
         self.operator_name = "transformWithStateInPySparkExec"   # what PySpark 4.3 reports
         self.evicts_by_watermark = True            # with a watermark: trailing batch in every time mode
         self.input_event_time = next(iter(child.event_time_cols), None)
-        self.checkpoint_dir: str | None = None     # set by build_runtime (for has_time_based_work)
+        self._next_timer: tuple[int, int | None] = (-1, None)   # (batch id, earliest processing-time timer)
         self.event_time_cols = {}                  # output rows carry no watermark (Spark resets it)
 
     def describe(self) -> str:
@@ -78,20 +75,11 @@ class TransformWithStateOp(PhysicalOp):
                 "time_mode": self.time_mode}
 
     # -- time-based work ------------------------------------------------------------------
-    def _sidecar(self, checkpoint: str | None) -> str | None:
-        return os.path.join(checkpoint, "state", self.operator_id, SIDECAR) if checkpoint else None
-
-    def has_time_based_work(self, watermark_ms: int, timestamp_ms: int) -> bool:
-        """True when a processing-time timer is due (reads the small sidecar of the last batch)."""
-        path = self._sidecar(self.checkpoint_dir)
-        if self.time_mode != "processing_time" or path is None:
-            return False
-        try:
-            with open(path) as f:
-                nxt = json.load(f).get("next_processing_timer_ms")
-        except (FileNotFoundError, ValueError):
-            return False
-        return nxt is not None and nxt <= timestamp_ms
+    def next_timer_ms(self, batch_id: int) -> int | None:
+        """The earliest processing-time timer left after batch `batch_id` ran in this process
+        (None: none, or not in processing_time mode). The engine stores it in commits[N]."""
+        b, t = self._next_timer
+        return t if b == batch_id and self.time_mode == "processing_time" else None
 
     # -- the batch ------------------------------------------------------------------------
     def execute(self, ctx: BatchContext) -> pa.Table:
@@ -128,9 +116,7 @@ class TransformWithStateOp(PhysicalOp):
                 if first is not None:
                     t = unpad_ms(decode_key(first[0])[1])
                     next_timer = t if next_timer is None else min(next_timer, t)
-        if self.time_mode == "processing_time":
-            from state.files import write_json
-            write_json(self._sidecar(ctx.state.checkpoint), {"batch_id": ctx.batch_id, "next_processing_timer_ms": next_timer})
+        self._next_timer = (ctx.batch_id, next_timer)
         ctx.custom_metrics[self.operator_id] = {**rows, "custom_metrics": metrics}
         return out.table()
 
