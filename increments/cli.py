@@ -1,13 +1,16 @@
 """The `increments` command.
 
-    increments history <query> [--checkpoint PATH] [--log-url URL] [--limit N]
+    increments history <query> [--checkpoint PATH|URL] [--log-url URL] [--limit N]
+                               [--storage-option KEY=VALUE ...]
 
 prints a query's batch history from its offsets/commits log as a terminal table: batch id,
 committed at, offsets range per source, rows in/out, watermark, state versions, sink version,
-durations, attempts; then the query's AvailableNow drains. <query> is a checkpoint directory, or a
-query name registered in the module $INCREMENTS_QUERIES (default examples.queries), whose
-writer gives the checkpoint and log_url. The log URL: --log-url, else the query's log_url option,
-else $INCREMENTS_LOG_URL, else the SQLite file in the checkpoint.
+durations, attempts; then the query's AvailableNow drains. <query> is a checkpoint directory or
+URL (s3://, gs://, az://, file://; credentials from the cloud's environment or --storage-option),
+or a query name registered in the module $INCREMENTS_QUERIES (default examples.queries), whose
+writer gives the checkpoint, its storage_options and log_url. The log URL: --log-url, else the
+query's log_url option, else $INCREMENTS_LOG_URL, else the SQLite file in a local checkpoint.
+Nothing printed carries a secret: locations are shown redacted, the log URL is never shown.
 """
 from __future__ import annotations
 
@@ -29,11 +32,13 @@ def _compact(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), default=str)
 
 
-def _resolve(query: str, checkpoint: str | None, log_url: str | None) -> tuple[str, str | None]:
+def _resolve(query: str, checkpoint: str | None, log_url: str | None,
+             storage_options: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+    from . import storage
     if checkpoint:
-        return checkpoint, log_url
-    if os.path.isdir(query):
-        return query, log_url
+        return checkpoint, log_url, storage_options
+    if os.path.isdir(query) or storage.scheme_of(query):
+        return query, log_url, storage_options
     import importlib
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())   # registered queries live in the project (as in workspace.yaml)
@@ -44,20 +49,24 @@ def _resolve(query: str, checkpoint: str | None, log_url: str | None) -> tuple[s
         fn = fn[0] if isinstance(fn, tuple) else fn
         s = fn().settings
         if s.query_name == query:
-            return s.checkpoint, log_url or s.options.get("log_url")
+            return (s.checkpoint, log_url or s.options.get("log_url"),
+                    {**(s.options.get("storage_options") or {}), **storage_options})
     raise SystemExit(f"increments history: no checkpoint directory and no registered query named {query!r} in "
                      f"{mod.__name__}; pass --checkpoint PATH")
 
 
-def history_rows(checkpoint: str, log_url: str | None = None, limit: int = 50) -> tuple[str, list[dict[str, Any]], list]:
-    """(query name, one dict per batch, drains) from the log of the query at `checkpoint`."""
+def history_rows(checkpoint: Any, log_url: str | None = None, limit: int = 50,
+                 storage_options: dict[str, Any] | None = None) -> tuple[str, list[dict[str, Any]], list]:
+    """(query name, one dict per batch, drains) from the log of the query at `checkpoint` (a path,
+    URL or Location)."""
+    from . import storage
     from .checkpoint.log import open_log
-    meta_path = os.path.join(os.path.abspath(checkpoint), "metadata.json")
-    if not os.path.exists(meta_path):
-        raise SystemExit(f"increments history: {checkpoint} is not a query checkpoint (no metadata.json)")
-    with open(meta_path) as f:
-        meta = json.load(f)
-    log = open_log(log_url, checkpoint, meta["id"], meta.get("name") or meta["id"])
+    from .checkpoint.metadata import read_metadata
+    loc = storage.location(checkpoint, storage_options)
+    meta = read_metadata(loc)
+    if meta is None:
+        raise SystemExit(f"increments history: {loc.url} is not a query checkpoint (no metadata.json)")
+    log = open_log(log_url, loc, meta["id"], meta.get("name") or meta["id"])
     rows = []
     for off, com in log.history(limit):
         ranges = "; ".join(f"{k}: {_compact(off.start[k])}->{_compact(off.end.get(k))}"
@@ -90,10 +99,28 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _storage_options(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for p in pairs or []:
+        k, sep, v = p.partition("=")
+        if not sep:
+            raise SystemExit(f"increments history: --storage-option wants KEY=VALUE, got {k!r}")
+        out[k.strip()] = v
+    return out
+
+
 def cmd_history(args: argparse.Namespace) -> int:
-    checkpoint, log_url = _resolve(args.query, args.checkpoint, args.log_url)
-    name, rows, drains = history_rows(checkpoint, log_url, args.limit)
-    print(f"query {name} ({os.path.abspath(checkpoint)}): last {len(rows)} batches")
+    from . import storage
+    from .errors import IncrementsError
+    checkpoint, log_url, opts = _resolve(args.query, args.checkpoint, args.log_url,
+                                         _storage_options(args.storage_option))
+    storage.remember_secrets(opts)
+    try:
+        loc = storage.location(checkpoint, opts)
+        name, rows, drains = history_rows(loc, log_url, args.limit)
+    except IncrementsError as e:
+        raise SystemExit(f"increments history: {storage.redact(str(e))}") from None
+    print(f"query {name} ({loc.url}): last {len(rows)} batches")
     print(table(rows))
     if drains:
         print("AvailableNow drains:")
@@ -109,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     h = sub.add_parser("history", help="a query's batch history from its log")
     h.add_argument("query", help="checkpoint directory or registered query name")
-    h.add_argument("--checkpoint", help="the query's checkpoint directory")
+    h.add_argument("--checkpoint", help="the query's checkpoint directory or URL")
     h.add_argument("--log-url", help="SQLAlchemy URL of the offsets/commits log")
     h.add_argument("--limit", type=int, default=50, help="how many recent batches (default 50)")
+    h.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="an object-store option (delta-rs' names), e.g. aws_endpoint_url=...; repeatable")
     args = p.parse_args(argv)
     if args.cmd == "history":
         return cmd_history(args)
