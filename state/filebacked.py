@@ -91,7 +91,7 @@ class FileBackedProvider(StateStoreProvider):
     def _commit(self, store: StateStore, version: int, keys: list[bytes], values: list, rows: int) -> str:
         """Steps 1-3 of the module doc; returns the new token."""
         key = (store.operator, store.partition)
-        token = files.new_token()
+        token = files.new_token(rows)
         meta = {"version": version, "token": token, "parent": store.token, "rows": rows}
         lineage = dict(self._lineages.get(key, {}))
         lineage[version] = token

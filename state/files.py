@@ -39,8 +39,20 @@ _SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 META = "_meta.json"
 
 
-def new_token() -> str:
-    return uuid.uuid4().hex
+def new_token(rows: int | None = None) -> str:
+    """A fresh attempt token: 32 hex digits, then ``-<rows>`` (the version's row count) when given.
+    Carrying the rows in the token lets the commit log, which records the token, vouch for them: a
+    working copy is checked against them without a request to the store."""
+    return uuid.uuid4().hex + ("" if rows is None else f"-{int(rows)}")
+
+
+_TOKEN_ROWS = re.compile(r"^[0-9a-f]{32}-(\d+)$")
+
+
+def token_rows(token: str | None) -> int | None:
+    """The row count a token of ``new_token(rows)`` carries; None for other tokens."""
+    m = _TOKEN_ROWS.match(token or "")
+    return int(m.group(1)) if m else None
 
 
 def put(loc, name: str, data: bytes) -> None:

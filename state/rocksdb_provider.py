@@ -18,8 +18,9 @@ Commit of version N under a fresh token T (each step leaves N-1 loadable, see st
   4. cleanup every ``snapshot_interval`` versions (state.filebacked).
 
 Loading (V, token): the working copy is reused when it holds (V, token) and the rows the
-checkpoint records for it: without any request when this provider verified it already (it
-committed or loaded it), else after one GET of that version's meta. Otherwise the working copy is
+checkpoint records for it -- the token itself carries them (state.files.new_token), so with the
+token known this costs no request to the store (tokens without rows, of earlier releases: one GET
+of that version's meta, unless this provider committed or loaded it itself). Otherwise the working copy is
 wiped and rebuilt from the lineage of (V, token): its snapshot (hard links from a local checkpoint)
 plus the changelogs after it. Only the overlay (one batch's changes) is held in memory.
 """
@@ -235,7 +236,10 @@ class RocksDBStateStoreProvider(FileBackedProvider):
             return True
         if self.resolve(*key, version, token) != w.token:
             return False
-        if self._recorded_rows(self.store_loc(*key), version, w.token) != w.rows:
+        rows = files.token_rows(w.token)          # the authoritative token vouches for its rows
+        if rows is None:
+            rows = self._recorded_rows(self.store_loc(*key), version, w.token)
+        if rows != w.rows:
             return False
         self._verified[key] = (version, w.token, w.rows)
         return True

@@ -88,6 +88,6 @@ def test_a_batch_between_snapshots_costs_one_request_per_partition(s3_bucket, tm
         token = s.token
     counts.clear()
     with make_provider(name, ckpt, **conf) as p:  # a restart: the working copy is checked, not rebuilt
-        p.open("op", 0, 8, token)
-        if name == "rocksdb":
-            assert counts == [("read_bytes", f"8.{token}.changelog")]
+        s = p.open("op", 0, 8, token)
+        if name == "rocksdb":                      # the token carries the rows to check it against
+            assert counts == [] and s.token == token
