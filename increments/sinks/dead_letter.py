@@ -71,15 +71,16 @@ class DeltaDeadLetter:
 
     def write(self, ctx: Any, bad_rows: pa.Table, reasons: pa.Array) -> int:
         """Append the batch's bad rows once per (query, batch); returns how many bad rows it had."""
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import write_deltalake
 
-        from .delta import commit_properties
+        from .delta import commit_properties, open_table
         if bad_rows.num_rows == 0:
             return 0
         app_id = f"increments-dead-letter:{ctx.query_name}"
         opts = self.options(ctx)
-        if DeltaTable.is_deltatable(self.path, storage_options=opts):
-            done = DeltaTable(self.path, storage_options=opts).transaction_version(app_id)
+        dt = open_table(self.path, opts)
+        if dt is not None:
+            done = dt.transaction_version(app_id)
             if done is not None and int(done) >= ctx.batch_id:
                 return bad_rows.num_rows
         write_deltalake(self.path, self.rows(ctx, bad_rows, reasons), mode="append",

@@ -34,12 +34,21 @@ def commit_properties(app_id: str, batch_id: int):
     return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))])
 
 
+def open_table(path: str, storage_options: dict | None = None):
+    """The Delta table at `path`, or None when there is none yet. (Not DeltaTable.is_deltatable:
+    it holds the GIL while it waits on the store, which stalls an object store served in-process.)"""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+    try:
+        return DeltaTable(path, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+
+
 def transaction_version(path: str, app_id: str, storage_options: dict | None = None) -> int | None:
     """The last batch id committed by `app_id` into the Delta table at `path` (None: none, or no table)."""
-    from deltalake import DeltaTable
-    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
-        return None
-    v = DeltaTable(path, storage_options=storage_options).transaction_version(app_id)
+    dt = open_table(path, storage_options)
+    v = dt.transaction_version(app_id) if dt is not None else None
     return None if v is None else int(v)
 
 
@@ -71,10 +80,7 @@ class DeltaSink(Sink):
         self.storage_options = {**(getattr(ctx, "storage_options", None) or {}), **self.own_storage_options} or None
 
     def _table(self):
-        from deltalake import DeltaTable
-        if not DeltaTable.is_deltatable(self.path, storage_options=self.storage_options):
-            return None
-        return DeltaTable(self.path, storage_options=self.storage_options)
+        return open_table(self.path, self.storage_options)
 
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip when the table holds this query's batch, else one commit."""
