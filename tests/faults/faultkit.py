@@ -24,8 +24,17 @@ def write_clicks(d: str, files: int = 4, per_file: int = 12) -> None:
                 fh.write(json.dumps({"campaign_id": f"c{i % 3}", "event_time": t.isoformat().replace("+00:00", "Z")}) + "\n")
 
 
-def run_query(config: dict, expect_kill: bool = False) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, SCRIPT, json.dumps(config)], capture_output=True, text=True, timeout=300)
+def run_query(config: dict, expect_kill: bool = False, machine: str | None = None) -> subprocess.CompletedProcess:
+    """Run fault_query.py; with `machine`, in that fresh directory with its own TMPDIR (a start on
+    another machine: no local cache of an earlier run survives)."""
+    kw: dict = {}
+    if machine is not None:
+        os.makedirs(os.path.join(machine, "tmp"))
+        env = dict(os.environ, TMPDIR=os.path.join(machine, "tmp"))
+        env.pop("INCREMENTS_LOCAL_DIR", None)
+        kw = {"cwd": machine, "env": env}
+    p = subprocess.run([sys.executable, SCRIPT, json.dumps(config)], capture_output=True, text=True, timeout=300,
+                       **kw)
     if expect_kill:
         assert p.returncode == -9, f"expected a SIGKILL, got {p.returncode}: {p.stderr[-2500:]}"
     else:
@@ -46,12 +55,28 @@ def sink_rows(sink: str, target: str, pg_url: str | None = None) -> list[tuple]:
     else:
         if sink == "delta":
             from deltalake import DeltaTable
-            t = DeltaTable(target).to_pyarrow_table()
+            t = DeltaTable(target, storage_options=s3_options() if target.startswith("s3://") else None
+                           ).to_pyarrow_table()
         else:
             import increments as inc
             t = inc.read.parquet_sink(target)
         rows = [(r["window"]["start"].isoformat(), r["campaign_id"], r["count"]) for r in t.to_pylist()]
     return sorted(rows)
+
+
+def s3_options() -> dict:
+    """delta-rs options for the test S3 server (the s3_server fixture's environment)."""
+    return {k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                                       "AWS_ALLOW_HTTP")}
+
+
+def upload_dir(local_dir: str, url: str) -> None:
+    """Copy the files of a local directory under an object-store URL."""
+    from increments import storage
+    loc = storage.location(url)
+    for name in sorted(os.listdir(local_dir)):
+        with open(os.path.join(local_dir, name), "rb") as f:
+            loc.write_bytes(name, f.read())
 
 
 @pytest.fixture
