@@ -31,6 +31,7 @@ class FileBackedProvider(StateStoreProvider):
         super().__init__(checkpoint, **conf)
         self._active: dict[tuple[str, int], StateStore] = {}
         # per store: {version: token} of its lineage, from the loaded snapshot (or 0) to its version
+        # (the last retention + 2 * snapshot_interval versions); replaced on commit, never mutated
         self._lineages: dict[tuple[str, int], dict[int, str]] = {}
         self._lock = threading.Lock()
 
@@ -93,7 +94,8 @@ class FileBackedProvider(StateStoreProvider):
         key = (store.operator, store.partition)
         token = files.new_token(rows)
         meta = {"version": version, "token": token, "parent": store.token, "rows": rows}
-        lineage = dict(self._lineages.get(key, {}))
+        keep = version - self.retention_versions - 2 * self.snapshot_interval   # older entries cannot be a bound
+        lineage = {v: t for v, t in self._lineages.get(key, {}).items() if v >= keep}
         lineage[version] = token
         self._write_version(store, meta, keys, values, lineage)
         self._lineages[key] = lineage
@@ -110,7 +112,8 @@ class FileBackedProvider(StateStoreProvider):
 
     def _cleanup(self, operator: str, partition: int, version: int) -> None:
         """Delete the objects of every attempt of the versions below this store's lineage bound
-        (files.cleanup_bound). Failures are logged: old files only cost space."""
+        (files.cleanup_bound). Failures are logged: old files only cost space. May run on a
+        background thread: it only reads the lineage map (which commits replace, never mutate)."""
         key = (operator, partition)
         loc = self.store_loc(operator, partition)
         lineage = self._lineages.get(key, {})
@@ -123,9 +126,6 @@ class FileBackedProvider(StateStoreProvider):
             from increments.storage import redact
             log.warning("state cleanup of %s in %s failed (%s); old versions stay until the next cleanup",
                         self.where(operator, partition), loc.url, redact(e))
-            return
-        if bound >= 0:
-            self._lineages[key] = {v: t for v, t in lineage.items() if v >= bound}
 
     # -- release / close -------------------------------------------------------------------------------
     def _release(self, store: StateStore) -> None:

@@ -14,7 +14,8 @@ Commit of version N under a fresh token T (each step leaves N-1 loadable, see st
      in the commit (local hard links), then ``_upload_snapshot`` writes its files under
      ``N.T.snapshot/`` and ``_meta.json`` last, all create-only (a local checkpoint hard-links the
      .sst files), then cleanup runs. A failed or interrupted copy only means no snapshot (N stays
-     loadable from changelogs). The next commit, open or close of the same store waits for it.
+     loadable from changelogs). Batches go on meanwhile; only the next snapshot of the same store
+     and ``close`` wait for it.
   4. cleanup every ``snapshot_interval`` versions (state.filebacked).
 
 Loading (V, token): the working copy is reused when it holds (V, token) and the rows the
@@ -41,7 +42,7 @@ from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
 from .sortedkeys import SortedKeys
 from .working import (Claim, Working, copy_db, private_copy_path, private_store_dir,
-                      remove_dead_private_copies)
+                      remove_leftovers)
 
 log = logging.getLogger("increments.state.rocksdb")
 
@@ -184,7 +185,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
     # -- open ----------------------------------------------------------------------------------------
     def _load(self, operator: str, partition: int, version: int, token: str | None) -> RocksDBStateStore:
         key = (operator, partition)
-        self._await_upload(key)
         w = self._working.get(key)
         if w is None:
             w = self._open_working(operator, partition)
@@ -203,7 +203,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         if claim is None:
             claim = self._claims[key] = Claim(directory)
             if claim.held:
-                remove_dead_private_copies(directory)
+                remove_leftovers(directory)
         places = [(os.path.join(directory, "db"), False)] if claim.held else []
         places.append((private_copy_path(directory), True))
         for path, private in places:
@@ -267,6 +267,8 @@ class RocksDBStateStoreProvider(FileBackedProvider):
             token, tr = self.trace(operator, partition, version, token)
         old = self._working.pop(key, None)
         if old is not None:
+            if old.private:
+                self._await_upload(key)          # its local checkpoint lies inside the private copy
             old.close()
         if tr is None:
             return self._open_working(operator, partition, fill=lambda path: None)
@@ -306,10 +308,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         return int(meta["rows"])
 
     # -- commit ----------------------------------------------------------------------------------------
-    def _commit(self, store: RocksDBStateStore, version: int, keys: list[bytes], values: list, rows: int) -> str:
-        self._await_upload((store.operator, store.partition))   # its cleanup may still trim the lineage
-        return super()._commit(store, version, keys, values, rows)
-
     def _write_version(self, store: RocksDBStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
         key = (store.operator, store.partition)
@@ -322,6 +320,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         if not self.changelog_checkpointing:   # the snapshot is what makes (N, T) loadable: synchronous
             self._upload_snapshot(self._local_checkpoint(store._w, version), loc, meta)
         elif self.cleanup_due(version):
+            self._await_upload(key)            # the previous one, normally long done: one at a time per store
             local = self._local_checkpoint(store._w, version)
             with self._lock:   # partitions commit concurrently (execution/state_manager.py)
                 if self._uploader is None:
@@ -341,8 +340,14 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         return local
 
     def _snapshot_then_cleanup(self, local: str, loc, meta: dict, key: tuple[str, int]) -> None:
+        """The background job: it reads only the local checkpoint and the lineage map, so the
+        store goes on with the next batches meanwhile."""
         try:
             self._upload_snapshot(local, loc, meta)
+        except Exception as e:  # noqa: BLE001
+            from increments.storage import redact
+            log.warning("state snapshot of operator %r partition %d was not written (%s); the version "
+                        "stays loadable from its changelogs", key[0], key[1], redact(e))
         finally:
             self._cleanup(*key, meta["version"])
 
@@ -374,13 +379,8 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         """Wait for the background snapshot copy of (operator, partition), if any. A failed copy
         only means no snapshot for that version (it stays loadable from its changelogs)."""
         fut = self._uploads.pop(key, None)
-        if fut is None:
-            return
-        err = fut.exception()
-        if err is not None:
-            from increments.storage import redact
-            log.warning("state snapshot of operator %r partition %d was not written (%s); the version "
-                        "stays loadable from its changelogs", key[0], key[1], redact(err))
+        if fut is not None:
+            fut.exception()
 
     def _close(self) -> None:
         for key in list(self._uploads):

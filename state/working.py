@@ -121,9 +121,12 @@ class Claim:
             self.fd = None
 
 
-def remove_dead_private_copies(directory: str) -> None:
-    """Remove ``proc-<pid>-*`` working copies of processes that are gone (called by the claimant)."""
+def remove_leftovers(directory: str) -> None:
+    """Remove ``proc-<pid>-*`` working copies of processes that are gone and the claimant's local
+    snapshot checkpoints (``db.ckpt-*``) of an upload a crash interrupted (called by the claimant)."""
     for name in os.listdir(directory):
+        if name.startswith("db.ckpt-"):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
         if not name.startswith("proc-"):
             continue
         try:

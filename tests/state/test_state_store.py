@@ -362,3 +362,29 @@ def test_a_checkpoint_of_an_earlier_release_without_tokens_loads_and_goes_on(tmp
         token = s.token
     with make_provider(name, str(tmp_path / "ckpt"), local_dir=str(tmp_path / "fresh")) as p:
         assert content(p.open("op", 0, 3, token)) == model
+
+
+def test_batches_go_on_while_a_snapshot_is_uploaded(tmp_path, monkeypatch):
+    import threading
+    from state.rocksdb_provider import RocksDBStateStoreProvider
+    release = threading.Event()
+    upload = RocksDBStateStoreProvider._upload_snapshot
+
+    def slow(*a, **kw):
+        assert release.wait(120)
+        upload(*a, **kw)
+    monkeypatch.setattr(RocksDBStateStoreProvider, "_upload_snapshot", staticmethod(slow))
+    conf = {"changelog_checkpointing": True, "snapshot_interval": 2, "local_dir": str(tmp_path / "local")}
+    with make_provider("rocksdb", str(tmp_path / "ckpt"), **conf) as p:
+        models = build(p, 2)                     # version 2's snapshot is held back
+        s = p.open("op", 0, 2)
+        model = dict(models[2])
+        apply_batch(s, 3); model_batch(model, 3)
+        s.commit(3)                              # the next batch neither waits for it ...
+        s = p.open("op", 0, 3, s.token)          # ... nor does the next open
+        assert content(s) == model
+        pending = p._uploads[("op", 0)]
+        assert not pending.done()
+        release.set()
+    assert pending.done() and pending.exception() is None
+    assert any(n.startswith("2.") and n.endswith("/_meta.json") for n in store_names(str(tmp_path / "ckpt")))
