@@ -15,17 +15,39 @@ DESCRIPTIONS = {
     "state_rows": "total state rows <= option max_state_rows",
     "kafka_lag": "Kafka records behind the batch's end offsets <= option max_kafka_lag",
 }
+ERRORS_DESCRIPTION = ("the query's batches commit: fails with the error (file and line when the engine names "
+                      "them) of a batch that still failed after its retries, while the query is halted")
 
 
 def make_checks(spec: Any) -> list[dg.AssetChecksDefinition]:
     out = []
     for rule, desc in DESCRIPTIONS.items():
         out.append(_check(spec, rule, desc))
-    return out
+    return out + [_errors_check(spec)]
+
+
+def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
+    from .ops import ERRORS_CHECK
+
+    @dg.asset_check(asset=spec.sink_key, name=spec.check_name(ERRORS_CHECK), description=ERRORS_DESCRIPTION,
+                    blocking=False)
+    def check(context) -> dg.AssetCheckResult:
+        from .ops import error_location
+        from .sensors import halt_state, halt_text
+        h = halt_state(context.instance, spec)
+        if h is None:
+            return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.ERROR,
+                                       description=f"query {spec.name} is not halted")
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description=halt_text(h),
+                                   metadata={**({"batch_id": int(h["batch_id"])} if h.get("batch_id") else {}),
+                                             "error": dg.MetadataValue.text(h["error"]),
+                                             **error_location(h["error"]),
+                                             "dagster_run": dg.MetadataValue.dagster_run(h["run_id"])})
+    return check
 
 
 def _check(spec: Any, rule: str, desc: str) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=spec.sink_key, name=rule, description=desc, blocking=False)
+    @dg.asset_check(asset=spec.sink_key, name=spec.check_name(rule), description=desc, blocking=False)
     def check() -> dg.AssetCheckResult:
         from . import health, runner
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")

@@ -10,7 +10,13 @@ For each one `query_definitions` builds:
 - sensor `<q>_trigger`: requests the next batch run while none is in flight, when a drain is
   active or (processing_time queries) there is new data or time-based work;
 - schedule `<q>_available_now_schedule` (available_now queries): starts a drain on a cron;
-- assets: source(s) `source/<q>/<i>` and sink `sink/<q>` (lineage), asset checks on the sink.
+- assets named by what the query reads and writes (orchestration/assets.py: kafka/<topic>,
+  files/<path>, delta/<path>, postgres/<table>), so lineage spans queries; the sink is partitioned by
+  batch; asset checks on the sink.
+
+Failures: each op retries with exponential backoff (RetryPolicy: `max_retries`, `retry_delay_s`);
+a run that still fails is not retried as a run (tag dagster/retry_on_asset_or_op_failure=false;
+crashed runs are) and the query halts (sensors.py) until a launch of `<q>_batch` commits.
 
     @streaming_query(path="lake/out")
     def my_query():
@@ -21,6 +27,7 @@ For each one `query_definitions` builds:
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -31,6 +38,7 @@ from .ops import QUERY_TAG, make_ops
 
 DEFAULT_CRON = "0 * * * *"
 DEFAULT_MAX_RETRIES = 3
+DEFAULT_RETRY_DELAY_S = 2.0
 
 
 @dataclass
@@ -42,24 +50,39 @@ class QuerySpec:
     trigger: Any
     num_sources: int
     sink_description: str
+    sink_key: dg.AssetKey
+    source_assets: list[tuple[dg.AssetKey, str]]
     cron_schedule: str = DEFAULT_CRON
     sensor_status: str = "running"
     schedule_status: str = "running"
     max_retries: int = DEFAULT_MAX_RETRIES
+    retry_delay_s: float = DEFAULT_RETRY_DELAY_S
     sensor_interval_s: int = 5
+    batch_partitions: bool = True
+    halt_webhook: str | None = None
     extra_tags: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def sink_key(self) -> dg.AssetKey:
-        return dg.AssetKey(["sink", self.key])
+    shared_sink: bool = False          # set by build_definitions when several queries write the sink
 
     def source_keys(self) -> list[dg.AssetKey]:
-        return [dg.AssetKey(["source", self.key, str(i)]) for i in range(self.num_sources)]
+        return [k for k, _ in self.source_assets]
+
+    def check_name(self, rule: str) -> str:
+        return f"{self.key}_{rule}" if self.shared_sink else rule
+
+    def partition_key(self, batch_id: int) -> str | None:
+        if not self.batch_partitions:
+            return None
+        return f"{self.name}-{batch_id}" if self.shared_sink else str(batch_id)
 
     @property
     def job_tags(self) -> dict[str, str]:
         return {QUERY_TAG: self.name, "dagster/max_retries": str(self.max_retries),
-                "dagster/retry_strategy": "ALL_STEPS", **self.extra_tags}
+                "dagster/retry_strategy": "ALL_STEPS", "dagster/retry_on_asset_or_op_failure": "false",
+                **self.extra_tags}
+
+    @property
+    def drain_job_tags(self) -> dict[str, str]:
+        return {QUERY_TAG: self.name, **self.extra_tags}
 
 
 def streaming_query(path: str | None = None, **options: Any) -> Callable:
@@ -75,37 +98,41 @@ def _key(name: str) -> str:
     return k if k and not k[0].isdigit() else f"q_{k}"
 
 
-def make_spec(writer_factory: Callable[[], Any], path: str | None = None, **options: Any) -> QuerySpec:
+def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_root: str | None = None,
+              **options: Any) -> QuerySpec:
     from increments.plan.nodes import SourceNode
+    from .assets import sink_asset, source_assets
     w = writer_factory()
     s = w.settings
     name = s.query_name or s.options.get("query_name")
     if not name:
         raise ValueError(f"{getattr(writer_factory, '__name__', writer_factory)}: a Dagster query needs "
                          ".query_name(...) (it names the job, the assets and the run tag)")
-    n_src = sum(1 for node in w.frame.node.walk() if isinstance(node, SourceNode))
+    key = _key(name)
+    srcs = [node.source for node in w.frame.node.walk() if isinstance(node, SourceNode)]
+    src_assets = [a for i, src in enumerate(srcs) for a in source_assets(src, key, i, asset_root)]
+    sink_key, sink_desc = sink_asset(s, path, key, asset_root)
     interval_s = max(5, int(s.trigger.interval_ms / 1000)) if s.trigger.kind == "processing_time" else 5
-    sink_desc = f"{s.format} {path or s.path or s.options.get('path') or ''}".strip()
-    return QuerySpec(writer_factory, path, name, _key(name), s.trigger, n_src, sink_desc,
+    if options.get("halt_webhook") is None:
+        options["halt_webhook"] = os.environ.get("INCREMENTS_HALT_WEBHOOK") or None
+    return QuerySpec(writer_factory, path, name, key, s.trigger, len(srcs), sink_desc, sink_key, src_assets,
                      sensor_interval_s=int(options.pop("sensor_interval_s", interval_s)), **options)
 
 
 def query_definitions(writer_factory: Callable[[], Any], path: str | None = None, **options: Any) -> dg.Definitions:
     """All Dagster definitions for one registered query (see module doc)."""
+    return build_definitions([(writer_factory, {"path": path, **options})])
+
+
+def spec_definitions(spec: QuerySpec) -> dg.Definitions:
+    """Jobs, sensor, schedule and checks of one query (its assets come from build_definitions)."""
     from .checks import make_checks
     from .schedules import make_drain_job, make_schedule
     from .sensors import make_sensor
-    spec = make_spec(writer_factory, path, **options)
     batch_job = make_batch_job(spec)
     drain_job = make_drain_job(spec)
-    sources = [dg.AssetSpec(k, description=f"source {i} of query {spec.name}", group_name="increments",
-                            kinds={"increments"}) for i, k in enumerate(spec.source_keys())]
-    sink = dg.AssetSpec(spec.sink_key, deps=spec.source_keys(), group_name="increments", kinds={"increments"},
-                        description=f"sink of streaming query {spec.name} ({spec.sink_description}); one "
-                                    f"materialization per committed micro-batch",
-                        metadata={"query": spec.name, "trigger": spec.trigger.description})
     schedules = [make_schedule(spec, drain_job)] if spec.trigger.kind == "available_now" else []
-    return dg.Definitions(assets=[*sources, sink], jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job)],
+    return dg.Definitions(jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job)],
                           schedules=schedules, asset_checks=make_checks(spec))
 
 
@@ -124,21 +151,29 @@ def make_batch_job(spec: QuerySpec) -> dg.JobDefinition:
     return batch_job
 
 
-def build_definitions(queries: list[Any]) -> dg.Definitions:
+def build_definitions(queries: list[Any], asset_root: str | None = None) -> dg.Definitions:
     """Definitions for many queries: each item a writer factory (decorated or not) or a
-    (factory, {options}) pair."""
-    parts = []
+    (factory, {options}) pair. Asset keys of paths under `asset_root` are relative to it."""
+    from .assets import build_assets
+    specs = []
     for q in queries:
         fn, opts = (q if isinstance(q, tuple) else (q, {}))
-        opts = {**getattr(fn, "__increments_query__", {}), **opts}
-        parts.append(query_definitions(fn, **opts))
-    return dg.Definitions.merge(*parts) if parts else dg.Definitions()
+        opts = {"asset_root": asset_root, **getattr(fn, "__increments_query__", {}), **opts}
+        specs.append(make_spec(fn, **opts))
+    writers: dict[dg.AssetKey, int] = {}
+    for sp in specs:
+        writers[sp.sink_key] = writers.get(sp.sink_key, 0) + 1
+    for sp in specs:
+        sp.shared_sink = writers[sp.sink_key] > 1
+    parts = [spec_definitions(sp) for sp in specs]
+    return dg.Definitions.merge(dg.Definitions(assets=build_assets(specs)), *parts) if specs else dg.Definitions()
 
 
 def definitions_from_module(module: str) -> dg.Definitions:
-    """Every function of `module` decorated with @streaming_query, or the module's QUERIES list."""
+    """Every function of `module` decorated with @streaming_query, or the module's QUERIES list;
+    the module's ASSET_ROOT (optional) roots the asset keys of its paths."""
     mod = importlib.import_module(module)
     queries = getattr(mod, "QUERIES", None)
     if queries is None:
         queries = [v for v in vars(mod).values() if callable(v) and hasattr(v, "__increments_query__")]
-    return build_definitions(list(queries))
+    return build_definitions(list(queries), asset_root=getattr(mod, "ASSET_ROOT", None))

@@ -10,6 +10,7 @@ check evaluations on the sink; the asset checks re-evaluate them on demand from 
 - state_rows: total state rows <= option max_state_rows (passes, with the figure, when unset).
 - kafka_lag: records available beyond the batch's end offsets <= option max_kafka_lag (passes when
   the query reads no Kafka source or the option is unset).
+Unset thresholds and unknown figures are left out of the metadata (never shown as -1).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
     """All rules for batch `batch_id` (default: the last committed one)."""
     commit = rt.log.get_commit(batch_id) if batch_id is not None else rt.log.latest_commit()
     if commit is None:
-        return {r: (True, {"batch_id": -1}, "no committed batch yet") for r in RULES}
+        return {r: (True, {}, "no committed batch yet") for r in RULES}
     off = rt.log.get_offsets(commit.batch_id)
     prev = rt.log.get_offsets(commit.batch_id - 1) if commit.batch_id > 0 else None
     opts = rt.settings.options
@@ -46,20 +47,22 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
     trig = rt.settings.trigger
     interval = trig.interval_ms if trig.kind == "processing_time" else 0
     out["batch_duration"] = (not interval or ex_ms < interval,
-                             {"batch_id": commit.batch_id, "batch_duration_ms": ex_ms, "trigger_interval_ms": interval},
+                             {"batch_id": commit.batch_id, "batch_duration_ms": ex_ms,
+                              **({"trigger_interval_ms": interval} if interval else {})},
                              "batch duration < trigger interval")
     rows = sum(int(op.get("num_rows_total", 0) or 0) for op in commit.extra.get("state_operators", []))
     limit = opts.get("max_state_rows")
     out["state_rows"] = (limit is None or rows <= int(limit),
                          {"batch_id": commit.batch_id, "state_rows_total": rows,
-                          "max_state_rows": int(limit) if limit is not None else -1},
-                         "state rows within max_state_rows")
+                          **({"max_state_rows": int(limit)} if limit is not None else {})},
+                         "state rows within max_state_rows" if limit is not None else "max_state_rows is not set")
     lag = _kafka_lag(rt, off)
     lag_limit = opts.get("max_kafka_lag")
     out["kafka_lag"] = (lag is None or lag_limit is None or lag <= int(lag_limit),
-                        {"batch_id": commit.batch_id, "kafka_lag": -1 if lag is None else lag,
-                         "max_kafka_lag": int(lag_limit) if lag_limit is not None else -1},
-                        "Kafka records behind the batch's end offsets within max_kafka_lag")
+                        {"batch_id": commit.batch_id, **({"kafka_lag": lag} if lag is not None else {}),
+                         **({"max_kafka_lag": int(lag_limit)} if lag_limit is not None else {})},
+                        "Kafka records behind the batch's end offsets within max_kafka_lag" if lag_limit is not None
+                        else "max_kafka_lag is not set")
     return out
 
 

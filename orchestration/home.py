@@ -1,7 +1,9 @@
-"""Prepare a DAGSTER_HOME from the shipped dagster.yaml.
+"""Prepare a DAGSTER_HOME from the shipped orchestration/dagster.yaml.
 
     python -m orchestration.home .dagster            # PostgreSQL storage ($DAGSTER_PG_URL or the default)
     python -m orchestration.home .dagster --sqlite   # local SQLite storage, no server needed (demo)
+
+`bash dev.sh ui` runs the SQLite variant and starts `dagster dev` on it.
 
 PostgreSQL: creates the database of the URL when it is missing, and prints the two exports to use
 before `dagster dev -w workspace.yaml`.
@@ -13,11 +15,11 @@ import re
 import sys
 
 DEFAULT_PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/dagster"
-SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dagster.yaml")
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dagster.yaml")
 
 
 def instance_yaml(sqlite: bool = False) -> str:
-    """The shipped dagster.yaml; with sqlite=True its storage section is dropped (SQLite in the home)."""
+    """The shipped orchestration/dagster.yaml; with sqlite=True its storage section is dropped (SQLite in the home)."""
     with open(SHIPPED) as f:
         text = f.read()
     if sqlite:

@@ -174,19 +174,43 @@ class LocalDagster:
             r["tags"] = {t["key"]: t["value"] for t in r["tags"]}
         return out
 
-    def materializations(self, asset_key: list[str], limit: int = 100) -> list[dict[str, Any]]:
-        """Materialization events of an asset (newest first) with their metadata as a dict."""
-        q = """query($k: AssetKeyInput!, $l: Int) { assetOrError(assetKey: $k) { __typename ... on Asset {
-                 assetMaterializations(limit: $l) { runId timestamp metadataEntries { label __typename
+    METADATA = """metadataEntries { label __typename
                    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
                    ... on TextMetadataEntry { text } ... on JsonMetadataEntry { jsonString }
-                   ... on TimestampMetadataEntry { timestamp } } } } } }"""
+                   ... on TimestampMetadataEntry { timestamp } ... on PipelineRunMetadataEntry { runId } }"""
+
+    @staticmethod
+    def _metadata(entries: list[dict[str, Any]]) -> dict[str, Any]:
+        return {e["label"]: next((e[k] for k in ("intValue", "floatValue", "text", "jsonString", "timestamp", "runId")
+                                  if k in e), None) for e in entries}
+
+    def materializations(self, asset_key: list[str], limit: int = 100, kind: str = "assetMaterializations"
+                         ) -> list[dict[str, Any]]:
+        """Materialization (or, kind="assetObservations", observation) events of an asset, newest
+        first, with their partition and their metadata as a dict."""
+        q = f"""query($k: AssetKeyInput!, $l: Int) {{ assetOrError(assetKey: $k) {{ __typename ... on Asset {{
+                 {kind}(limit: $l) {{ runId timestamp partition description {self.METADATA} }} }} }} }}"""
         res = self.gql(q, {"k": {"path": asset_key}, "l": limit})["assetOrError"]
+        return [{"runId": m["runId"], "timestamp": m["timestamp"], "partition": m["partition"],
+                 "description": m["description"], "metadata": self._metadata(m["metadataEntries"])}
+                for m in res.get(kind, [])]
+
+    def check_executions(self, asset_key: list[str], check: str, limit: int = 10) -> list[dict[str, Any]]:
+        """Executions of an asset check, newest first: status, success, description, metadata."""
+        q = f"""query($k: AssetKeyInput!, $c: String!, $l: Int!) {{ assetCheckExecutions(assetKey: $k,
+                 checkName: $c, limit: $l) {{ runId status evaluation {{ success description
+                 {self.METADATA} }} }} }}"""
         out = []
-        for m in res.get("assetMaterializations", []):
-            md = {}
-            for e in m["metadataEntries"]:
-                md[e["label"]] = next((e[k] for k in ("intValue", "floatValue", "text", "jsonString", "timestamp")
-                                       if k in e), None)
-            out.append({"runId": m["runId"], "timestamp": m["timestamp"], "metadata": md})
+        for e in self.gql(q, {"k": {"path": asset_key}, "c": check, "l": limit})["assetCheckExecutions"]:
+            ev = e.get("evaluation") or {}
+            out.append({"runId": e["runId"], "status": e["status"], "success": ev.get("success"),
+                        "description": ev.get("description"), "metadata": self._metadata(ev.get("metadataEntries", []))})
         return out
+
+    def sensor_ticks(self, sensor: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The sensor's recent ticks, newest first: status, skipReason, runIds."""
+        q = """query($s: SensorSelector!, $l: Int) { sensorOrError(sensorSelector: $s) { __typename ... on Sensor {
+                 sensorState { ticks(limit: $l) { status skipReason runIds timestamp } } } } }"""
+        sel = {"repositoryLocationName": self.location, "repositoryName": "__repository__", "sensorName": sensor}
+        res = self.gql(q, {"s": sel, "l": limit})["sensorOrError"]
+        return res.get("sensorState", {}).get("ticks", [])

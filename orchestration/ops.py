@@ -3,13 +3,23 @@ increments.execution.steps. Data between ops is staged on disk in the checkpoint
 each op could run in its own process; each op re-loads batch N's plan from the log and refuses
 unless this Dagster run owns offsets[N] (steps.load_plan). rt.run_id is the Dagster run id.
 
-The plan op emits no output when there is nothing to do or the run is refused (see
-orchestration/runner.py for the rule); the other ops are then skipped and the run succeeds with
-tag increments/outcome = idle | refused. Heavy libraries are imported inside the ops only.
+Outcomes (tag increments/outcome) and the run's status in the runs list:
+    committed   Success: the batch was committed (the sink's materialization, partition = batch id)
+    refused     Canceled: the run may not run this batch (see runner.refusal) or lost the log's
+                fence in a later step; nothing applied, never retried
+    idle        Canceled: nothing to do (no new data, no time-based work); never retried
+    failed      Failure: a step still failed after its retries: the query halts (sensors.py); the
+                check `batch_errors` on the sink fails with the error
+Refused and idle runs carry increments/reason, also the run's cancel message. Each op retries with exponential backoff
+(spec.max_retries, spec.retry_delay_s); a retry rebuilds the run's runtime from the log. After a
+commit during an AvailableNow drain with more to do, the commit op queues the next batch run
+(chain.py): the drain runs at the pace of its runs, one run in flight.
+Heavy libraries are imported inside the ops only.
 """
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import dagster as dg
@@ -18,8 +28,12 @@ QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
 OFFSETS_TAG = "increments/offsets"
 OUTCOME_TAG = "increments/outcome"
+REASON_TAG = "increments/reason"
+ERROR_TAG = "increments/error"
 DRAIN_TAG = "increments/drain_id"
 ATTEMPT_TAG = "increments/attempt"
+CHAINED_TAG = "increments/after_run"
+ERRORS_CHECK = "batch_errors"
 
 PLAN_CONFIG = {
     "batch_id": dg.Field(dg.Noneable(int), default_value=None,
@@ -36,7 +50,7 @@ def _rt(spec: Any, context: Any) -> Any:
 
 
 def _tag(context: Any, tags: dict[str, Any]) -> None:
-    context.instance.add_run_tags(context.run_id, {k: str(v)[:250] for k, v in tags.items()})
+    context.instance.add_run_tags(context.run_id, {k: str(v)[:1000] for k, v in tags.items()})
 
 
 def _active_drain(spec: Any, rt: Any, drain_id: str | None) -> Any:
@@ -48,34 +62,85 @@ def _active_drain(spec: Any, rt: Any, drain_id: str | None) -> Any:
     return drains.active() if spec.trigger.kind == "available_now" else None
 
 
+def retry_policy(spec: Any) -> dg.RetryPolicy:
+    return dg.RetryPolicy(max_retries=spec.max_retries, delay=spec.retry_delay_s, backoff=dg.Backoff.EXPONENTIAL)
+
+
+def error_location(text: str) -> dict[str, Any]:
+    """{'file': ..., 'line': N} when the engine's error names them ("file F, line N")."""
+    m = re.search(r"file (\S+?),? line (\d+)", text)
+    return {"file": m.group(1), "line": int(m.group(2))} if m else {}
+
+
+def end_without_batch(context: Any, spec: Any, outcome: str, reason: str, batch_id: int | None = None) -> None:
+    """End the run as Canceled (grey in the runs list: it applied nothing) with outcome refused or
+    idle and the reason as tags and as the run's message. Never retried: Dagster retries failed
+    runs only, and the step's Failure disallows step retries."""
+    from . import runner
+    _tag(context, {OUTCOME_TAG: outcome, REASON_TAG: reason[:200],
+                   **({BATCH_TAG: batch_id} if batch_id is not None else {})})
+    runner.release_run(spec.key, context.run_id)
+    context.instance.report_run_canceling(context.dagster_run, message=f"{outcome}: {reason}")
+    raise dg.Failure(description=f"{outcome}: {reason} (the run ends as Canceled; it applied nothing)",
+                     allow_retries=False)
+
+
+def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
+    context.log.warning(f"refused: {reason}")
+    end_without_batch(context, spec, "refused", reason, batch_id)
+
+
+def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -> Any:
+    """Run one step: (True, result); a run that lost the log's fence is refused (ends Canceled).
+    Any other error: the runtime is dropped (a retry rebuilds it from the log); on the last
+    attempt the batch's failure is recorded (tags, failed check on the sink); then dg.Failure."""
+    from increments.errors import ConcurrentRunError
+    from . import runner
+    try:
+        return fn()
+    except ConcurrentRunError as e:
+        refuse(context, spec, str(e), batch_id)
+        raise
+    except dg.Failure:
+        raise
+    except Exception as e:  # noqa: BLE001 - turned into a Dagster failure below
+        runner.release_run(spec.key, context.run_id)
+        where = f"query {spec.name}" + (f", batch {batch_id}" if batch_id is not None else "")
+        text = f"{type(e).__name__}: {e}"
+        attempt, last = context.retry_number + 1, context.retry_number >= spec.max_retries
+        md = {**({"batch_id": batch_id} if batch_id is not None else {}), "step": step, "attempt": attempt,
+              "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}
+        if last:
+            record_halt(context, spec, batch_id, step, text, md)
+        raise dg.Failure(description=f"{where}, step {step} (attempt {attempt} of {spec.max_retries + 1}): {text}",
+                         metadata=md) from e
+
+
+def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: str, md: dict[str, Any]) -> None:
+    _tag(context, {OUTCOME_TAG: "failed", ERROR_TAG: f"step {step}: {text}",
+                   **({BATCH_TAG: batch_id} if batch_id is not None else {})})
+    context.log_event(dg.AssetCheckEvaluation(
+        asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=False,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"batch {batch_id} failed in step {step} after {spec.max_retries + 1} attempts; query "
+                    f"{spec.name} is halted. Fix the cause, then launch {spec.key}_batch (no config) to resume.",
+        metadata={**md, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
+
+
 def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
     """The five ops of one query's batch job (op names are prefixed by the query key)."""
     k = spec.key
+    policy = retry_policy(spec)
 
-    @dg.op(name=f"{k}__plan", config_schema=PLAN_CONFIG, out=dg.Out(dict, is_required=False),
+    @dg.op(name=f"{k}__plan", config_schema=PLAN_CONFIG, out=dg.Out(dict, is_required=False), retry_policy=policy,
            description="Decide the batch from the log (redo or next); write offsets[N] first.")
     def plan_op(context):
-        from increments.errors import ConcurrentRunError
-        from increments.execution import steps
         from . import runner
         from increments.checkpoint.drains import DrainLog
-        rt = _rt(spec, context)
         wanted = context.op_config.get("batch_id")
-        reason = runner.refusal(rt, wanted)
-        drain = None if reason else _active_drain(spec, rt, context.op_config.get("drain_id"))
-        if drain is not None:
-            runner.restore_drain(rt, drain)
-        plan = None
-        if reason is None:
-            try:
-                plan = steps.plan_batch(rt, limited=spec.trigger.kind != "once")
-            except ConcurrentRunError as e:
-                reason = str(e)
-        if reason is not None:
-            context.log.warning(f"refused: {reason}")
-            _tag(context, {OUTCOME_TAG: "refused", **({BATCH_TAG: wanted} if wanted is not None else {})})
-            runner.release_run(k, context.run_id)
-            return
+        rt, plan, drain = guarded(spec, context, "plan", wanted, lambda: _plan(spec, context, wanted))
+        if isinstance(plan, str):                      # refused before planning
+            refuse(context, spec, plan, wanted)
         if plan is None:
             msg = f"{rt.where()}: nothing to do (no new data, no time-based work)"
             if drain is not None:
@@ -83,11 +148,9 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                 context.log_event(drain_observation(spec, drain.drain_id, "done", drain.batches))
                 msg += f"; AvailableNow drain {drain.drain_id} is done"
             context.log.info(msg)
-            _tag(context, {OUTCOME_TAG: "idle"})
-            runner.release_run(k, context.run_id)
-            return
-        rt.staging.put_json(plan.batch_id, "plan", plan.durations_ms)
-        tags = {BATCH_TAG: plan.batch_id, OFFSETS_TAG: runner.offsets_text(plan.entry),
+            end_without_batch(context, spec, "idle", "no new data, no time-based work"
+                              + (f"; drain {drain.drain_id} done" if drain is not None else ""))
+        tags = {OUTCOME_TAG: "running", BATCH_TAG: plan.batch_id, OFFSETS_TAG: runner.offsets_text(plan.entry),
                 ATTEMPT_TAG: plan.entry.attempt}
         if drain is not None:
             DrainLog.for_runtime(rt).record_batch(drain.drain_id, plan.batch_id)
@@ -100,46 +163,109 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                                   "offsets": runner.offsets_text(plan.entry)})
 
     def _step(name: str, fn_name: str, desc: str):
-        @dg.op(name=f"{k}__{name}", ins={"batch": dg.In(dict)}, out=dg.Out(dict), description=desc)
+        @dg.op(name=f"{k}__{name}", ins={"batch": dg.In(dict)}, out=dg.Out(dict, is_required=False),
+               retry_policy=policy, description=desc)
         def step_op(context, batch: dict):
             from increments.execution import steps
-            rt = _rt(spec, context)
-            plan = steps.load_plan(rt, batch["batch_id"])
-            info = getattr(steps, fn_name)(rt, plan)
+
+            def run():
+                rt = _rt(spec, context)
+                return getattr(steps, fn_name)(rt, steps.load_plan(rt, batch["batch_id"]))
+            info = guarded(spec, context, name, batch["batch_id"], run)
             return dg.Output(batch, metadata=_step_metadata(name, info))
         return step_op
 
-    @dg.op(name=f"{k}__commit", ins={"batch": dg.In(dict)}, description="Write commits[N]; record lineage.")
+    @dg.op(name=f"{k}__commit", ins={"batch": dg.In(dict)}, retry_policy=policy,
+           description="Write commits[N]; record lineage; during a drain, queue the next batch run.")
     def commit_op(context, batch: dict):
         from increments.execution import steps
-        from increments.checkpoint.drains import DrainLog
-        from . import health, runner
-        rt = _rt(spec, context)
-        try:
+        from . import runner
+
+        def run():
+            rt = _rt(spec, context)
             plan = steps.load_plan(rt, batch["batch_id"])
-            entry, progress = steps.commit_batch(rt, plan)
-            rec = runner.lineage(rt, plan, entry, progress)
-            context.log_event(dg.AssetMaterialization(asset_key=spec.sink_key, description=rt.where(plan.batch_id),
-                                                      metadata=lineage_metadata(rec, context.run_id)))
-            for rule, (passed, meta, desc) in health.evaluate(rt, plan.batch_id).items():
-                context.log_event(dg.AssetCheckEvaluation(
-                    asset_key=spec.sink_key, check_name=rule, passed=passed, metadata=meta, description=desc,
-                    severity=dg.AssetCheckSeverity.WARN))
-            if batch.get("drain_id"):
-                drain = DrainLog.for_runtime(rt).get(batch["drain_id"])
-                if drain is not None and drain.active and not runner.drain_has_more(rt, drain):
-                    DrainLog.for_runtime(rt).finish(drain.drain_id)
-                    context.log.info(f"{rt.where()}: AvailableNow drain {drain.drain_id} reached its target; done")
-                    context.log_event(drain_observation(spec, drain.drain_id, "done", drain.batches + 1))
-            _tag(context, {OUTCOME_TAG: "committed"})
+            return (rt, plan, *steps.commit_batch(rt, plan))
+        res = guarded(spec, context, "commit", batch["batch_id"], run)
+        _tag(context, {OUTCOME_TAG: "committed"})
+        try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
+            nxt = after_commit(spec, context, batch, *res)
+        except Exception as e:  # noqa: BLE001
+            context.log.warning(f"batch {batch['batch_id']} is committed; recording its lineage failed: {e!r}")
+            nxt = None
         finally:
             runner.release_run(k, context.run_id)
+        if nxt is not None:
+            from .chain import submit_next_batch
+            try:
+                run_id = submit_next_batch(context, spec, *nxt)
+            except Exception as e:  # noqa: BLE001 - the sensor requests the batch on its next tick
+                context.log.warning(f"could not queue the next batch run ({e!r}); the trigger sensor will")
+                run_id = None
+            if run_id:
+                context.log.info(f"queued run {run_id} for batch {nxt[0]} of AvailableNow drain {nxt[1]}")
 
     return {"plan": plan_op,
             "read": _step("read", "read_batch", "Read (start, end] of every source; stage the rows."),
             "process": _step("process", "process_batch", "Operators over the rows; state N-1 -> N."),
             "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
             "commit": commit_op}
+
+
+def _plan(spec: Any, context: Any, wanted: int | None) -> tuple[Any, Any, Any]:
+    """(runtime, plan | None (idle) | refusal text, drain)."""
+    from increments.errors import ConcurrentRunError
+    from increments.execution import steps
+    from . import runner
+    rt = _rt(spec, context)
+    reason = runner.refusal(rt, wanted)
+    if reason:
+        return rt, reason, None
+    drain = _active_drain(spec, rt, context.op_config.get("drain_id"))
+    if drain is not None:
+        runner.restore_drain(rt, drain)
+    try:
+        plan = steps.plan_batch(rt, limited=spec.trigger.kind != "once")
+    except ConcurrentRunError as e:
+        return rt, str(e), drain
+    if plan is not None:
+        rt.staging.put_json(plan.batch_id, "plan", plan.durations_ms)
+    return rt, plan, drain
+
+
+def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry: Any,
+                 progress: dict) -> tuple[int, str] | None:
+    """Lineage and checks of committed batch N; (N + 1, drain id) when its drain goes on."""
+    from increments.checkpoint.drains import DrainLog
+    from . import health, runner
+    from .assets import partitions_name
+    rec = runner.lineage(rt, plan, entry, progress)
+    pk = spec.partition_key(plan.batch_id)
+    if pk is not None:
+        context.instance.add_dynamic_partitions(partitions_name(spec.sink_key), [pk])
+    context.log_event(dg.AssetMaterialization(
+        asset_key=spec.sink_key, partition=pk, description=f"batch {plan.batch_id} of query {spec.name}",
+        metadata=lineage_metadata(rec, context.run_id)))
+    for rule, (passed, meta, desc) in health.evaluate(rt, plan.batch_id).items():
+        context.log_event(dg.AssetCheckEvaluation(
+            asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
+            description=desc, severity=dg.AssetCheckSeverity.WARN))
+    context.log_event(dg.AssetCheckEvaluation(
+        asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
+        severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",
+        metadata={"batch_id": plan.batch_id, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
+    drain_id = batch.get("drain_id")
+    if not drain_id:
+        return None
+    drains = DrainLog.for_runtime(rt)
+    drain = drains.get(drain_id)
+    if drain is None or not drain.active:
+        return None
+    if runner.drain_has_more(rt, drain):
+        return plan.batch_id + 1, drain_id
+    drains.finish(drain_id)
+    context.log.info(f"{rt.where()}: AvailableNow drain {drain_id} reached its target; done")
+    context.log_event(drain_observation(spec, drain_id, "done", drain.batches))   # plan counted this batch
+    return None
 
 
 def drain_observation(spec: Any, drain_id: str, state: str, batches: int) -> dg.AssetObservation:
@@ -155,7 +281,8 @@ def _step_metadata(name: str, info: dict[str, Any]) -> dict[str, Any]:
         return {"state_versions": dg.MetadataValue.json(info.get("state_versions", {})),
                 "duration_ms": info.get("process_ms", 0)}
     return {"num_output_rows": info.get("num_output_rows", 0), "duration_ms": info.get("add_batch_ms", 0),
-            "sink_version": str(info.get("sink_version")), "skipped_replay": bool(info.get("skipped_replay"))}
+            "sink_version": "-" if info.get("sink_version") is None else str(info.get("sink_version")),
+            "skipped_replay": bool(info.get("skipped_replay"))}
 
 
 def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -168,14 +295,20 @@ def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:
         "next_watermark": dg.MetadataValue.timestamp(rec["next_watermark_ms"] / 1000),
         "state_versions": dg.MetadataValue.json(rec["state_versions"]),
         "state_rows_total": rec["state_rows_total"], "sink": rec["sink"],
-        "sink_version": dg.MetadataValue.json({"version": rec["sink_version"]}) if not isinstance(
-            rec["sink_version"], (int, type(None))) else (rec["sink_version"] if rec["sink_version"] is not None else -1),
+        "sink_version": _sink_version(rec["sink_version"]),
         "durations_ms": dg.MetadataValue.json(rec["durations_ms"]),
         "batch_duration_ms": int(rec["durations_ms"].get("trigger_execution", 0)),
         "processed_rows_per_second": float(rec["processed_rows_per_second"]),
-        "dagster_run_id": run_id, "query_id": rec["query_id"],
+        "dagster_run_id": run_id, "dagster_run": dg.MetadataValue.dagster_run(run_id), "query_id": rec["query_id"],
     }
     return md
+
+
+def _sink_version(v: Any) -> Any:
+    """As `increments history` prints it: the number, '-' when the sink has no versions."""
+    if v is None:
+        return "-"
+    return v if isinstance(v, int) else dg.MetadataValue.json({"version": v})
 
 
 def lineage_json(rec: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ def make_drain_job(spec: Any) -> dg.JobDefinition:
         finally:
             runner.close_quietly(rt)
 
-    @dg.job(name=f"{spec.key}_available_now", tags=spec.job_tags, executor_def=dg.in_process_executor,
+    @dg.job(name=f"{spec.key}_available_now", tags=spec.drain_job_tags, executor_def=dg.in_process_executor,
             description=f"Start an AvailableNow drain of query {spec.name}: batch runs follow, one at a time, "
                         "until the offsets available now are processed.")
     def drain_job():

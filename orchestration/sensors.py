@@ -1,22 +1,29 @@
-"""The trigger sensor of a query: requests the next batch run (one at a time).
+"""The trigger sensor of a query: requests the next batch run (one at a time), or reports a halt.
 
 Each tick (at most every `sensor_interval_s`, >= 5 s, the processing-time interval when larger):
     a run of the query in flight (queued .. started)           -> skip
-    the last run failed and Dagster will retry it               -> skip (the retry redoes the batch)
+    the last batch run failed and Dagster will retry it        -> skip (the retry redoes the batch)
+    the last batch run failed for good (its steps' retries,
+      or the run retries of a crash, are used up)              -> halted: skip, naming the batch and
+                                                                  the error; the webhook is called once
     an AvailableNow drain is active                            -> request batch N with the drain
     processing_time trigger and new data / time-based work     -> request batch N
     otherwise                                                  -> skip (nothing to do)
-The request carries run config batch_id=N (so a stale copy of it is refused once N is committed)
-and run key `<q>-b<N>-a<k>`, k = how many runs of batch N exist: a failed batch never stalls the
-query on an already-used run key. Sources are asked side-effect free (backlog) here.
+Refused runs do not count as "the last batch run". A halt ends when a launch of `<q>_batch` (no
+config) commits: the launch redoes the failed batch. The request carries run config batch_id=N (a
+stale copy of it is refused once N is committed) and run key `<q>-b<N>-a<k>`, k = how many runs of
+batch N exist. During a drain, the commit op queues the next batch itself (chain.py); this sensor
+starts the first batch of a drain and catches up if a chained request was lost.
+Sources are asked side-effect free (backlog) here.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import dagster as dg
 
-from .ops import BATCH_TAG, DRAIN_TAG, QUERY_TAG
+from .ops import BATCH_TAG, DRAIN_TAG, ERROR_TAG, OUTCOME_TAG, QUERY_TAG
 
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -26,12 +33,59 @@ def in_flight(instance: Any, query: str) -> bool:
     return bool(instance.get_run_records(dg.RunsFilter(tags={QUERY_TAG: query}, statuses=IN_FLIGHT), limit=1))
 
 
-def retry_pending(instance: Any, query: str) -> bool:
-    recs = instance.get_run_records(dg.RunsFilter(tags={QUERY_TAG: query}), limit=1)
-    if not recs:
-        return False
-    run = recs[0].dagster_run
-    return run.status == dg.DagsterRunStatus.FAILURE and run.tags.get("dagster/will_retry") == "true"
+def last_batch_run(instance: Any, spec: Any) -> Any:
+    """The newest batch run of the query that was not refused (None: no such run)."""
+    recs = instance.get_run_records(dg.RunsFilter(job_name=f"{spec.key}_batch", tags={QUERY_TAG: spec.name}),
+                                    limit=25)
+    for r in recs:
+        if r.dagster_run.tags.get(OUTCOME_TAG) != "refused":
+            return r.dagster_run
+    return None
+
+
+def retry_pending(instance: Any, spec: Any) -> bool:
+    run = last_batch_run(instance, spec)
+    return bool(run and run.status == dg.DagsterRunStatus.FAILURE and run.tags.get("dagster/will_retry") == "true")
+
+
+def halt_state(instance: Any, spec: Any) -> dict[str, Any] | None:
+    """{'run_id', 'batch_id', 'error', ...} when the query's last batch run failed for good."""
+    run = last_batch_run(instance, spec)
+    if run is None or run.status != dg.DagsterRunStatus.FAILURE:
+        return None
+    will_retry = run.tags.get("dagster/will_retry")
+    if will_retry == "true" or (will_retry is None and instance.run_retries_enabled):   # a retry may come
+        return None
+    error = run.tags.get(ERROR_TAG) or _failure_message(instance, run.run_id)
+    return {"query": spec.name, "run_id": run.run_id, "batch_id": run.tags.get(BATCH_TAG),
+            "error": error, "attempts": int(run.tags.get("dagster/retry_number", "0")) + 1,
+            "resume": f"fix the cause, then launch job {spec.key}_batch with no config"}
+
+
+def _failure_message(instance: Any, run_id: str) -> str:
+    """The run's failure event message (a crashed run has no error tag)."""
+    try:
+        recs = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
+        if recs:
+            return recs[0].event_log_entry.dagster_event.message or "the run failed"
+    except Exception:  # noqa: BLE001
+        pass
+    return "the run failed (see its page)"
+
+
+def halt_text(h: dict[str, Any]) -> str:
+    batch = f"batch {h['batch_id']}" if h.get("batch_id") is not None else "a batch"
+    return (f"query {h['query']} is halted: {batch} failed (run {h['run_id'][:8]}, retries used up): "
+            f"{h['error']}. To resume, {h['resume']}.")
+
+
+def notify(url: str, payload: dict[str, Any], timeout: float = 5.0) -> None:
+    """POST the halt as JSON to the user's webhook."""
+    import urllib.request
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        resp.read()
 
 
 def batch_request(spec: Any, instance: Any, batch_id: int, drain_id: str | None) -> dg.RunRequest:
@@ -49,14 +103,24 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
     @dg.sensor(name=f"{spec.key}_trigger", job=job, minimum_interval_seconds=spec.sensor_interval_s,
                default_status=status,
                description=f"Trigger of streaming query {spec.name} ({spec.trigger.description}): requests the "
-                           "next batch run when none is in flight and there is work (or a drain is active).")
+                           "next batch run when none is in flight and there is work (or a drain is active); "
+                           "stops requesting (halted) when a batch failed after its retries.")
     def trigger(context):
         from increments.checkpoint.drains import DrainLog
         from . import runner
         if in_flight(context.instance, spec.name):
             return dg.SkipReason(f"a run of query {spec.name} is in flight")
-        if retry_pending(context.instance, spec.name):
+        if retry_pending(context.instance, spec):
             return dg.SkipReason(f"the last run of query {spec.name} failed and will be retried")
+        halt = halt_state(context.instance, spec)
+        if halt is not None:
+            if spec.halt_webhook and context.cursor != halt["run_id"]:
+                try:
+                    notify(spec.halt_webhook, {"event": "halted", **halt})
+                    context.update_cursor(halt["run_id"])
+                except Exception as e:  # noqa: BLE001 - tried again next tick
+                    context.log.warning(f"halt webhook {spec.halt_webhook} failed: {e!r}")
+            return dg.SkipReason(halt_text(halt))
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         try:
             nxt, redo = runner.next_batch_id(rt)

@@ -34,6 +34,37 @@ def _drop_db(name: str) -> None:
     admin.dispose()
 
 
+class Webhook:
+    """A local HTTP server recording the JSON bodies POSTed to it (the halt webhook's receiver)."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.append(json.loads(body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+BAD_LINE = '{"id": 2, "name: broken}'
+
+
 @pytest.fixture(scope="session")
 def dagster_env(tmp_path_factory):
     from orchestration.home import prepare_home
@@ -43,19 +74,26 @@ def dagster_env(tmp_path_factory):
     log_db, log_url = _create_db("inc_log")
     home = os.path.join(root, "dagster_home")
     env = prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"))
-    env.update(INCREMENTS_TEST_DIR=root, INCREMENTS_LOG_URL=log_url, PYTHONPATH=REPO)
+    hook = Webhook()
+    env.update(INCREMENTS_TEST_DIR=root, INCREMENTS_LOG_URL=log_url, PYTHONPATH=REPO, INCREMENTS_TEST_WEBHOOK=hook.url)
     ws = os.path.join(root, "workspace.yaml")
     with open(ws, "w") as f:
         f.write(f"load_from:\n  - python_file:\n      relative_path: {os.path.join(HERE, 'dagster_queries.py')}\n"
                 f"      attribute: defs\n      working_directory: {REPO}\n      location_name: increments_test\n")
     expected = {q: write_files(root, q, 3) for q in ("sensor_copy", "drain_copy")}
+    write_files(root, "bad_copy", 1)                      # batch 0 commits, batch 1 reads a bad file
+    bad = os.path.join(root, "landing", "bad_copy", "part-0001.json")
+    with open(bad, "w") as f:
+        f.write(json.dumps({"id": 1000, "name": "ok"}) + "\n" + BAD_LINE + "\n")
     os.environ["INCREMENTS_TEST_DIR"] = root
     inst = LocalDagster(home, ws, env=env, cwd=REPO)
     inst.start(timeout=180)
     try:
-        yield {"dagster": inst, "root": root, "log_url": log_url, "expected": expected, "env": env}
+        yield {"dagster": inst, "root": root, "log_url": log_url, "expected": expected, "env": env,
+               "webhook": hook, "bad_file": bad}
     finally:
         inst.stop()
+        hook.close()
         from increments.checkpoint.log import _ENGINES
         for u in [u for u in _ENGINES if u == log_url]:
             _ENGINES.pop(u).dispose()

@@ -5,6 +5,10 @@ Everything lives under $INCREMENTS_TEST_DIR; the batch log is $INCREMENTS_LOG_UR
 - drain_copy:   files -> Delta, available_now, schedule every minute (drains by schedule tick)
 - manual_copy:  files -> parquet, sensor stopped (launched by the tests)
 - kill_copy:    files -> parquet through a sink that, once, sleeps after writing (to be SIGKILLed)
+- bad_copy:     files -> parquet, sensor running, 2 retries 0.5 s apart, halt webhook
+                $INCREMENTS_TEST_WEBHOOK (its landing gets a bad file: the query halts)
+- silver_copy:  sensor_copy's Delta table -> parquet, sensor stopped (lineage across queries)
+Asset keys are relative to $INCREMENTS_TEST_DIR: files/landing/<q>, delta/lake/<q>, files/lake/<q>.
 """
 import os
 
@@ -62,9 +66,23 @@ def kill_copy():
                    sink=PausingParquetSink(os.path.join(ROOT, "lake", "kill_copy")))
 
 
+def bad_copy():
+    return _writer("bad_copy", "parquet", {"processing_time": "5 seconds"})
+
+
+def silver_copy():
+    frame = inc.read_stream.delta(os.path.join(ROOT, "lake", "sensor_copy"))
+    return (frame.write_stream.format("parquet").output_mode("append")
+            .checkpoint_location(os.path.join(ROOT, "chk", "silver_copy")).query_name("silver_copy")
+            .trigger(processing_time="1 minute"))
+
+
 defs = build_definitions([
     (sensor_copy, {"path": os.path.join(ROOT, "lake", "sensor_copy")}),
     (drain_copy, {"path": os.path.join(ROOT, "lake", "drain_copy"), "cron_schedule": "* * * * *"}),
     (manual_copy, {"path": os.path.join(ROOT, "lake", "manual_copy"), "sensor_status": "stopped"}),
     (kill_copy, {"path": os.path.join(ROOT, "lake", "kill_copy"), "sensor_status": "stopped"}),
-])
+    (bad_copy, {"path": os.path.join(ROOT, "lake", "bad_copy"), "max_retries": 2, "retry_delay_s": 0.5,
+                "halt_webhook": os.environ.get("INCREMENTS_TEST_WEBHOOK")}),
+    (silver_copy, {"path": os.path.join(ROOT, "lake", "silver_copy"), "sensor_status": "stopped"}),
+], asset_root=ROOT)

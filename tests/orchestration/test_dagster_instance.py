@@ -1,7 +1,7 @@
 """Batch runs on a real Dagster instance (daemon + webserver, PostgreSQL storage, the run queue
 with the per-query tag limit, run retries and monitoring): sensor and schedule drains, the refusal
 of duplicate launches, a SIGKILLed run retried to exactly-once output, lineage over GraphQL and the
-asset page in headless Chromium."""
+asset page in headless Chromium; a bad input file halting its query until one launch resumes it."""
 from __future__ import annotations
 
 import os
@@ -35,7 +35,8 @@ def query_runs(d, q: str) -> list[dict]:
 
 
 def committed(d, q: str) -> list[dict]:
-    return sorted((r for r in query_runs(d, q) if r["tags"].get("increments/outcome") == "committed"),
+    return sorted((r for r in query_runs(d, q)
+                   if r["tags"].get("increments/outcome") == "committed" and r["status"] == "SUCCESS"),
                   key=lambda r: int(r["tags"]["increments/batch_id"]))
 
 
@@ -79,6 +80,9 @@ def test_schedule_tick_drains_available_now(dagster_env):
     first_drain = runs[0]["tags"]["increments/drain_id"]
     assert [r["tags"]["increments/batch_id"] for r in runs[:3]] == ["0", "1", "2"]
     assert all(r["tags"]["increments/drain_id"] == first_drain for r in runs[:3])
+    # the sensor starts the drain; each commit queues the next batch's run (no wait for a sensor tick)
+    assert runs[0]["tags"].get("dagster/sensor_name") == "drain_copy_trigger"
+    assert [r["tags"].get("increments/after_run") for r in runs[1:3]] == [runs[0]["runId"], runs[1]["runId"]]
     assert delta_ids(os.path.join(root, "lake", "drain_copy")) == sorted(
         f * 1000 + r for f in range(3) for r in range(ROWS_PER_FILE))
     eng = sa.create_engine(dagster_env["log_url"], poolclass=sa.pool.NullPool)
@@ -90,6 +94,9 @@ def test_schedule_tick_drains_available_now(dagster_env):
     state = wait_for(lambda: (r := drain_done()) and r.state == "done" and r, 30, "the drain marked done")
     assert state.batches == 3
     eng.dispose()
+    done = [o["metadata"] for o in d.materializations(["delta", "lake", "drain_copy"], kind="assetObservations")
+            if o["metadata"].get("drain_id") == first_drain and o["metadata"].get("drain_state") == "done"]
+    assert [o["drain_batches"] for o in done] == [3]            # as increments_drains and `increments history`
 
 
 def test_two_launches_one_commits_the_other_is_refused(dagster_env):
@@ -98,13 +105,20 @@ def test_two_launches_one_commits_the_other_is_refused(dagster_env):
     cfg = {"ops": {"plan": {"config": {"batch_id": 0}}}}
     a, b = d.launch("manual_copy_batch", cfg), d.launch("manual_copy_batch", cfg)
     ra, rb = d.wait_run(a, 120), d.wait_run(b, 120)
-    assert ra["status"] == rb["status"] == "SUCCESS"
-    assert sorted([ra["tags"]["increments/outcome"], rb["tags"]["increments/outcome"]]) == ["committed", "refused"]
+    # the refused run ends Canceled (not a green success), says why, and is not retried
+    assert sorted([(r["tags"]["increments/outcome"], r["status"]) for r in (ra, rb)]) == [
+        ("committed", "SUCCESS"), ("refused", "CANCELED")]
+    refused = ra if ra["status"] == "CANCELED" else rb
+    assert any(s in refused["tags"]["increments/reason"] for s in ("already committed", "owned by", "cannot run"))
     # launchpad with no config: the next batch; a re-execution of batch 0 is refused
     nxt = d.wait_run(d.launch("manual_copy_batch"), 120)
     assert (nxt["tags"]["increments/outcome"], nxt["tags"]["increments/batch_id"]) == ("committed", "1")
     again = d.wait_run(d.launch("manual_copy_batch", cfg), 120)
-    assert again["tags"]["increments/outcome"] == "refused"
+    assert (again["tags"]["increments/outcome"], again["status"]) == ("refused", "CANCELED")
+    idle = d.wait_run(d.launch("manual_copy_batch"), 120)
+    assert (idle["tags"]["increments/outcome"], idle["status"]) == ("idle", "CANCELED")
+    time.sleep(5)
+    assert not [r for r in query_runs(d, "manual_copy") if r["tags"].get("dagster/parent_run_id")]   # no retries
     assert parquet_ids(os.path.join(root, "lake", "manual_copy")) == sorted(
         f * 1000 + r for f in range(2) for r in range(ROWS_PER_FILE))
 
@@ -132,9 +146,11 @@ def test_killed_run_is_retried_to_exactly_once(dagster_env):
 def test_graphql_returns_batch_lineage(dagster_env):
     d = dagster_env["dagster"]
     wait_for(lambda: len(committed(d, "sensor_copy")) >= 3, 150, "sensor batches")
-    mats = d.materializations(["sink", "sensor_copy"])
+    mats = d.materializations(["delta", "lake", "sensor_copy"])
     by_batch = {m["metadata"]["batch_id"]: m for m in mats}
     assert {0, 1, 2} <= set(by_batch)
+    assert all(m["partition"] == str(b) for b, m in by_batch.items())      # batch N = partition N
+    assert by_batch[1]["metadata"]["dagster_run"] == by_batch[1]["runId"]   # a link to the run
     m = by_batch[1]["metadata"]
     assert m["offsets"] == "0: 0 -> 1"
     assert m["num_input_rows"] == m["num_output_rows"] == ROWS_PER_FILE
@@ -143,16 +159,21 @@ def test_graphql_returns_batch_lineage(dagster_env):
         assert key in m
     runs = {r["runId"]: r for r in committed(d, "sensor_copy")}
     assert runs[by_batch[1]["runId"]]["tags"]["increments/batch_id"] == "1"
-    checks = d.gql("""{ assetNodes(assetKeys: [{path: ["sink", "sensor_copy"]}]) { assetChecksOrError {
+    checks = d.gql("""{ assetNodes(assetKeys: [{path: ["delta", "lake", "sensor_copy"]}]) { assetChecksOrError {
                         ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } } }""")
     names = {c["name"]: c for c in checks["assetNodes"][0]["assetChecksOrError"]["checks"]}
-    assert set(names) == {"processed_rate", "batch_duration", "state_rows", "kafka_lag"}
+    assert set(names) == {"processed_rate", "batch_duration", "state_rows", "kafka_lag", "batch_errors"}
+    # lineage across queries: silver_copy reads sensor_copy's Delta table
+    nodes = d.gql("""{ assetNodes(assetKeys: [{path: ["files", "lake", "silver_copy"]}, {path: ["delta", "lake",
+                       "sensor_copy"]}]) { assetKey { path } dependencyKeys { path } } }""")["assetNodes"]
+    deps = {"/".join(n["assetKey"]["path"]): ["/".join(k["path"]) for k in n["dependencyKeys"]] for n in nodes}
+    assert deps == {"files/lake/silver_copy": ["delta/lake/sensor_copy"], "delta/lake/sensor_copy": ["files/landing/sensor_copy"]}
 
 
 def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
     d = dagster_env["dagster"]
     runs = wait_for(lambda: len(committed(d, "sensor_copy")) >= 3 and committed(d, "sensor_copy"), 150, "batches")
-    url = f"{d.url}/assets/sink/sensor_copy?view=events"
+    url = f"{d.url}/assets/delta/lake/sensor_copy?view=events"
     base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--virtual-time-budget=20000", "--window-size=1600,1200"]
@@ -165,3 +186,40 @@ def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
     assert "sensor_copy" in dom
     assert "batch_id" in dom, "the asset's events view should list batch materializations with their metadata"
     assert any(r["runId"][:8] in dom for r in runs), "the events view should name the batch runs"
+
+
+def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env):
+    d, root, bad = dagster_env["dagster"], dagster_env["root"], dagster_env["bad_file"]
+    failed = wait_for(lambda: [r for r in query_runs(d, "bad_copy") if r["status"] == "FAILURE"], 150,
+                      "the failed run of batch 1")
+    assert len(failed) == 1 and failed[0]["tags"]["increments/batch_id"] == "1"
+    assert failed[0]["tags"]["increments/outcome"] == "failed"
+    assert f"file {bad}, line 2" in failed[0]["tags"]["increments/error"]
+    # the step retried in the run, backing off; the run itself is not retried
+    events = d.gql("""query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename
+                      ... on ExecutionStepUpForRetryEvent { secondsToWait } } } } }""", {"id": failed[0]["runId"]})
+    waits = [e["secondsToWait"] for e in events["logsForRun"]["events"] if e["__typename"] == "ExecutionStepUpForRetryEvent"]
+    assert len(waits) == 2 and waits[1] > waits[0], waits
+    # halted: the sensor says why, the check on the sink fails with file and line, the webhook was called once
+    tick = wait_for(lambda: next((t for t in d.sensor_ticks("bad_copy_trigger") if "halted" in (t["skipReason"] or "")),
+                                 None), 60, "a halted skip reason")
+    assert "batch 1" in tick["skipReason"] and f"{bad}, line 2" in tick["skipReason"]
+    assert "launch job bad_copy_batch" in tick["skipReason"]
+    check = d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]
+    assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == 2
+    hooks = wait_for(lambda: dagster_env["webhook"].received, 30, "the halt webhook")
+    n = len(query_runs(d, "bad_copy"))
+    time.sleep(12)                                              # two sensor intervals: nothing requested
+    assert len(query_runs(d, "bad_copy")) == n
+    assert len(hooks) == 1 and hooks[0]["batch_id"] == "1" and hooks[0]["query"] == "bad_copy"
+    # the fix, then one action: launch the batch job; the sensor takes over again
+    with open(bad, "w") as f:
+        f.write('{"id": 1000, "name": "ok"}\n{"id": 1001, "name": "fixed"}\n')
+    resumed = d.wait_run(d.launch("bad_copy_batch"), 120)
+    assert (resumed["tags"]["increments/outcome"], resumed["tags"]["increments/batch_id"]) == ("committed", "1")
+    assert d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]["success"] is True
+    write_files(root, "bad_copy", 1, start=2)
+    wait_for(lambda: any(r["tags"].get("increments/batch_id") == "2" and r["tags"].get("increments/outcome") == "committed"
+                         for r in query_runs(d, "bad_copy")), 90, "batch 2 by the sensor after the resume")
+    assert parquet_ids(os.path.join(root, "lake", "bad_copy")) == sorted(
+        list(range(ROWS_PER_FILE)) + [1000, 1001] + [2000 + r for r in range(ROWS_PER_FILE)])

@@ -27,11 +27,16 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     jobs = {j.name for j in defs.jobs}
     assert {"clicks_bronze_batch", "clicks_bronze_available_now", "hourly_clicks_batch",
             "hourly_clicks_available_now"} <= jobs
-    assert {s.name for s in defs.sensors} == {"clicks_bronze_trigger", "hourly_clicks_trigger"}
+    assert {s.name for s in defs.sensors} == {"clicks_bronze_trigger", "clicks_silver_trigger", "hourly_clicks_trigger"}
     assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule"}
     graph = defs.resolve_asset_graph()
-    sink = dg.AssetKey(["sink", "hourly_clicks"])
-    assert graph.get(sink).parent_keys == {dg.AssetKey(["source", "hourly_clicks", "0"])}
+    landing, bronze = dg.AssetKey(["files", "landing", "clicks"]), dg.AssetKey(["delta", "lake", "clicks_bronze"])
+    # assets are named by what the queries read and write: one landing asset for both readers, and
+    # bronze -> silver is a chain
+    assert graph.get(dg.AssetKey(["delta", "lake", "hourly_clicks"])).parent_keys == {landing}
+    assert graph.get(bronze).parent_keys == {landing}
+    assert graph.get(dg.AssetKey(["delta", "lake", "clicks_silver"])).parent_keys == {bronze}
+    assert graph.get(bronze).partitions_def is not None
     job = defs.get_job_def("hourly_clicks_batch")
     assert job.tags["increments/query"] == "hourly_clicks"
     assert sorted(n.name for n in job.graph.nodes) == sorted(["plan", "read", "process", "write", "commit"])
@@ -48,15 +53,18 @@ def test_batch_job_in_process_and_history_cli(tmp_path, monkeypatch):
                                       "event_time": f"2026-01-01T0{f}:00:{r % 60:02d}Z"}) + "\n")
     inst = dg.DagsterInstance.ephemeral()
     job = defs.get_job_def("clicks_bronze_batch")
-    tags = []
-    for _ in range(3):
-        r = job.execute_in_process(instance=inst)
-        tags.append(inst.get_run_by_id(r.run_id).tags)
-    assert [t.get("increments/outcome") for t in tags] == ["committed", "committed", "idle"]
-    stale = job.execute_in_process(instance=inst, run_config={"ops": {"plan": {"config": {"batch_id": 0}}}})
-    assert inst.get_run_by_id(stale.run_id).tags["increments/outcome"] == "refused"
-    mat = inst.get_latest_materialization_event(dg.AssetKey(["sink", "clicks_bronze"])).asset_materialization
+    runs = [inst.get_run_by_id(job.execute_in_process(instance=inst, raise_on_error=False).run_id) for _ in range(3)]
+    assert [r.tags.get("increments/outcome") for r in runs] == ["committed", "committed", "idle"]
+    # runs that apply nothing end Canceled (grey in the runs list, never retried), with the reason
+    assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * 2 + [dg.DagsterRunStatus.CANCELED]
+    stale = inst.get_run_by_id(job.execute_in_process(
+        instance=inst, run_config={"ops": {"plan": {"config": {"batch_id": 0}}}}, raise_on_error=False).run_id)
+    assert (stale.tags["increments/outcome"], stale.status) == ("refused", dg.DagsterRunStatus.CANCELED)
+    assert "already committed" in stale.tags["increments/reason"]
+    mat = inst.get_latest_materialization_event(dg.AssetKey(["delta", "lake", "clicks_bronze"])).asset_materialization
     assert mat.metadata["batch_id"].value == 1 and mat.metadata["num_output_rows"].value == ROWS_PER_FILE
+    assert mat.partition == "1"
+    assert isinstance(mat.metadata["dagster_run"], dg.DagsterRunMetadataValue)
     out = subprocess.run([sys.executable, "-m", "increments.cli", "history", "clicks_bronze"], cwd=REPO,
                          env={**os.environ, "INCREMENTS_EXAMPLES_DIR": str(tmp_path)},
                          capture_output=True, text=True, timeout=120)

@@ -1,0 +1,130 @@
+"""Asset keys named by what a query reads and writes, so lineage spans queries.
+
+    Kafka topic t                  -> kafka/<t>
+    files under a location         -> files/<path parts>        (read_stream.files, parquet sink)
+    Delta table at a location      -> delta/<path parts>        (read_stream.delta, delta sink)
+    PostgreSQL table schema.table  -> postgres/<schema>/<table>
+    anything else (memory, console, foreach_batch)  -> stream/<query>/<i> (source), sink/<query>
+
+Path parts are relative to `asset_root` when the location is under it (else to the working
+directory when under it, else absolute); URLs keep their scheme and bucket (s3/bucket/...), never
+their credentials. Two queries reading one topic share its asset; a query reading the Delta table
+another query writes is downstream of it: bronze -> silver -> gold is a chain in the asset graph.
+
+Each sink is partitioned by batch (a dynamic partition per committed batch; key = the batch id, or
+`<query>-<batch id>` when several queries write the table), so the sink's event list shows the batch
+of every materialization and the Partitions tab finds batch N. `batch_partitions=False` turns it off.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import dagster as dg
+
+
+def _part(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", s) or "_"
+
+
+def path_parts(path: str, root: str | None = None) -> list[str]:
+    """Location -> asset key parts (see module doc)."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(?:[^/@]*@)?([^/?#]*)([^?#]*)", path)
+    if m and m.group(1) != "file":
+        return [_part(m.group(1)), _part(m.group(2))] + [_part(p) for p in m.group(3).split("/") if p]
+    if m:
+        path = m.group(3)
+    p = os.path.abspath(path)
+    for base in (root, os.getcwd()):
+        if base:
+            b = os.path.abspath(base)
+            if p == b or p.startswith(b.rstrip(os.sep) + os.sep):
+                rel = os.path.relpath(p, b)
+                return [_part(x) for x in rel.split(os.sep) if x and x != "."] or [_part(os.path.basename(b))]
+    return [_part(x) for x in p.split(os.sep) if x]
+
+
+def source_assets(source: Any, query_key: str, index: int, root: str | None) -> list[tuple[dg.AssetKey, str]]:
+    """[(key, description)] of what one source reads."""
+    kind = type(source).__name__.lower()
+    if "kafka" in kind and getattr(source, "topics", None):
+        return [(dg.AssetKey(["kafka", _part(t)]), f"Kafka topic {t}") for t in source.topics]
+    path = getattr(source, "path", None)
+    if isinstance(path, str) and "delta" in kind:
+        return [(dg.AssetKey(["delta", *path_parts(path, root)]), f"Delta table {_redact(path)}")]
+    if isinstance(path, str):
+        return [(dg.AssetKey(["files", *path_parts(path, root)]), f"files under {_redact(path)}")]
+    return [(dg.AssetKey(["stream", query_key, str(index)]), f"source {index} of query {query_key} "
+                                                              f"({getattr(source, 'description', kind)})")]
+
+
+def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None) -> tuple[dg.AssetKey, str]:
+    """(key, description) of the table a query writes."""
+    sink = settings.sink
+    fmt = (settings.format or "").lower()
+    where = path or settings.path or settings.options.get("path")
+    if sink is not None:
+        kind = type(sink).__name__.lower()
+        where = getattr(sink, "path", None)
+        fmt = "delta" if "delta" in kind else "parquet" if "parquet" in kind else "postgres" if "postgres" in kind else ""
+        if fmt == "postgres":
+            return _pg(getattr(sink, "table", None), query_key)
+    if settings.foreach_batch is not None:
+        fmt = "foreach_batch"
+    if fmt == "delta" and where:
+        return dg.AssetKey(["delta", *path_parts(where, root)]), f"Delta table {_redact(where)}"
+    if fmt == "parquet" and where:
+        return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {_redact(where)}"
+    if fmt in ("postgres", "postgresql"):
+        return _pg(settings.options.get("table") or settings.options.get("dbtable"), query_key)
+    return dg.AssetKey(["sink", query_key]), f"{fmt or 'custom'} sink of query {query_key}"
+
+
+def _pg(table: Any, query_key: str) -> tuple[dg.AssetKey, str]:
+    if not table:
+        return dg.AssetKey(["sink", query_key]), f"PostgreSQL sink of query {query_key}"
+    return dg.AssetKey(["postgres", *[_part(p) for p in str(table).split(".")]]), f"PostgreSQL table {table}"
+
+
+def _redact(path: str) -> str:
+    return re.sub(r"://[^/@]*@", "://", path)
+
+
+def partitions_name(key: dg.AssetKey) -> str:
+    return "batches__" + re.sub(r"[^A-Za-z0-9_]", "_", "__".join(key.path))[:200]
+
+
+def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
+    """One AssetSpec per key across all queries: sinks (with deps on their sources, partitioned by
+    batch) and the sources no query of this location writes."""
+    writers: dict[dg.AssetKey, list[Any]] = {}
+    for s in specs:
+        writers.setdefault(s.sink_key, []).append(s)
+    readers: dict[dg.AssetKey, list[str]] = {}
+    descs: dict[dg.AssetKey, str] = {}
+    for s in specs:
+        for k, d in s.source_assets:
+            readers.setdefault(k, []).append(s.name)
+            descs.setdefault(k, d)
+    out = []
+    for key, ws in writers.items():
+        deps = sorted({k for s in ws for k, _ in s.source_assets if k != key}, key=lambda k: k.path)
+        names = ", ".join(s.name for s in ws)
+        parts = (dg.DynamicPartitionsDefinition(name=partitions_name(key))
+                 if all(s.batch_partitions for s in ws) else None)
+        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
+        if key in readers:
+            md["read_by"] = ", ".join(readers[key])
+        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds={"increments"}, partitions_def=parts,
+                                description=f"{ws[0].sink_description}, written by streaming query {names}: one "
+                                            "materialization per committed micro-batch"
+                                            + (" (partition = batch id)" if parts else ""),
+                                metadata=md))
+    for key, names in readers.items():
+        if key in writers:
+            continue
+        out.append(dg.AssetSpec(key, group_name="increments", kinds={"increments"},
+                                description=f"{descs[key]}, read by streaming query {', '.join(names)}",
+                                metadata={"read_by": ", ".join(names)}))
+    return out
