@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The two set-up commands of the README:
+# The set-up commands of the README:
 #   bash dev.sh demo    set up (venv + install) and run the demo query on the embedded defaults
-#   bash dev.sh test    set up (venv + install) and run the test suite
-# Extra arguments after `test` go to pytest (e.g. bash dev.sh test -m faults).
+#   bash dev.sh test    set up (venv + install), start/install what the tests need, run the test suite
+#   bash dev.sh ui      set up, prepare the Dagster home .dagster (SQLite) and start `dagster dev`
+#                       on the example queries (UI on http://127.0.0.1:3000)
+# Extra arguments after `test` go to pytest (e.g. bash dev.sh test -m faults); after `ui`, to
+# `dagster dev` (e.g. bash dev.sh ui -p 3001).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -14,10 +17,39 @@ if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch .venv/.installed
 fi
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"; else return 1; fi
+}
+
+# What the tests need beyond the venv: PostgreSQL on 127.0.0.1:5432 (started if installed and down)
+# and Chromium (the Dagster UI screenshot test; installed with apt-get when missing).
+test_prerequisites() {
+  if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+    if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+      echo "[dev.sh] PostgreSQL is not running; starting it"
+      as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+      for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+    fi
+  fi
+  pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null \
+    || echo "[dev.sh] WARNING: no PostgreSQL on 127.0.0.1:5432; the tests that need it will fail" >&2
+  if ! command -v chromium >/dev/null 2>&1; then
+    echo "[dev.sh] installing Debian's chromium for the Dagster UI screenshot test"
+    (as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "[dev.sh] WARNING: chromium could not be installed (needs root or sudo and apt-get); the screenshot test will fail" >&2
+  fi
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
   demo) exec .venv/bin/python examples/demo.py "$@" ;;
-  test) exec .venv/bin/python -m pytest -q "$@" ;;
-  *) echo "usage: bash dev.sh demo | test [pytest args]" >&2; exit 2 ;;
+  test) test_prerequisites; exec .venv/bin/python -m pytest -q "$@" ;;
+  ui)
+    .venv/bin/python -m orchestration.home .dagster --sqlite >/dev/null
+    export DAGSTER_HOME="$PWD/.dagster"
+    echo "[dev.sh] DAGSTER_HOME=$DAGSTER_HOME (SQLite); demo data: python examples/queries.py 6"
+    exec .venv/bin/dagster dev -w workspace.yaml "$@" ;;
+  *) echo "usage: bash dev.sh demo | test [pytest args] | ui [dagster dev args]" >&2; exit 2 ;;
 esac
