@@ -1,7 +1,9 @@
 """A stateless file query whose sink is slow, run twice at once by test_concurrent_runners.
 
-Usage: python concurrent_query.py <input_dir> <checkpoint> <out_dir> <log_url>
+Usage: python concurrent_query.py <input_dir> <checkpoint> <out_dir> <log_url> [stateful]
 The sink writes one file per batch id (idempotent) and appends a line per call to calls.log.
+With "stateful", the query is a running count per id % 3 (complete mode, RocksDB state, cache
+directory under the process's own TMPDIR) and each batch file holds the counts.
 Once imported, the script writes <out_dir>/ready.<pid> and waits for <out_dir>/go, so that both
 runners start the query together however long their imports took on a loaded machine.
 """
@@ -17,6 +19,7 @@ import increments as inc
 
 def main() -> None:
     input_dir, checkpoint, out_dir, log_url = sys.argv[1:5]
+    stateful = sys.argv[5:6] == ["stateful"]
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, f"ready.{os.getpid()}"), "w").close()
     deadline = time.monotonic() + 120
@@ -31,11 +34,15 @@ def main() -> None:
             f.write(f"{os.getpid()} {batch_id}\n")
         tmp = os.path.join(out_dir, f".{batch_id}.{os.getpid()}")
         with open(tmp, "w") as f:
-            json.dump(table.column("id").to_pylist(), f)
+            json.dump(table.to_pylist() if stateful else table.column("id").to_pylist(), f)
         os.replace(tmp, os.path.join(out_dir, f"{batch_id}.json"))
 
-    q = (inc.read_stream.files(input_dir, "json", "id BIGINT", max_files_per_trigger=1).select("id")
-         .write_stream.foreach_batch(sink).checkpoint_location(checkpoint).query_name("twins")
+    frame = inc.read_stream.files(input_dir, "json", "id BIGINT", max_files_per_trigger=1).select("id")
+    w = frame.write_stream
+    if stateful:
+        w = (frame.with_column("g", "id % 3").group_by("g").count().write_stream.output_mode("complete")
+             .option("state_store", "rocksdb").option("state_partitions", 2))
+    q = (w.foreach_batch(sink).checkpoint_location(checkpoint).query_name("twins")
          .option("log_url", log_url).trigger(available_now=True).start())
     q.await_termination()
 
