@@ -1,5 +1,18 @@
 """frame.write_stream: DataStreamWriter (format, output_mode, option, checkpoint_location,
-query_name, trigger, foreach_batch, start)."""
+query_name, trigger, foreach_batch, start).
+
+Locations: checkpoint_location(...) and start(path) take a local path or a URL (file://, s3://,
+gs://, az://, abfss://); an unknown scheme is refused at start() naming it, before anything is
+written. Query-level options about where things live:
+  storage_options  a dict of object-store options (delta-rs' names); sources and sinks merge their
+                   own over it. Secret values never appear in errors, progress or history.
+  log_url          the offsets/commits log (SQLAlchemy URL; default INCREMENTS_LOG_URL, else an
+                   SQLite file in a local checkpoint). A checkpoint on an object store needs
+                   PostgreSQL here: the SQLite log is refused at start() for it.
+  local_dir        the root of the local caches (RocksDB working copies); default
+                   INCREMENTS_LOCAL_DIR, else <TMPDIR>/increments-<uid>. Caches only: a start on
+                   another machine rebuilds them from the checkpoint.
+"""
 from __future__ import annotations
 
 import copy
