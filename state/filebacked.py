@@ -122,6 +122,9 @@ class FileBackedProvider(StateStoreProvider):
             bound = files.cleanup_bound(listing, version, self.retention_versions, lineage)
             for name in listing.objects_below(bound):
                 loc.delete(name)
+            if loc.is_local:                      # the emptied directories, and temp files a crash left there
+                for d in listing.dirs_below(bound):
+                    loc.delete_prefix(d + "/")
         except Exception as e:  # noqa: BLE001
             from increments.storage import redact
             log.warning("state cleanup of %s in %s failed (%s); old versions stay until the next cleanup",

@@ -115,6 +115,11 @@ class Listing:
     def snapshot_is_dir(self, key: tuple[int, str]) -> bool:
         return any("/" in n for n in self.snapshots.get(key, []))
 
+    def dirs_below(self, bound: int) -> list[str]:
+        """The snapshot directories (rocksdb) of the versions < bound."""
+        return sorted({n.split("/", 1)[0] for d in (self.snapshots, self.partial)
+                       for (v, _), names in d.items() if v < bound for n in names if "/" in n})
+
     def objects_below(self, bound: int) -> list[str]:
         """Every object of every attempt of the versions < bound (complete or not)."""
         out = [n for (v, _), n in self.logs.items() if v < bound]

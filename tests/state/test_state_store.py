@@ -172,6 +172,11 @@ def test_snapshot_and_changelog_reconstruction(make):
 def test_retention_cleans_old_versions(make):
     p = make(snapshot_interval=2, retention_versions=3)
     models = build(p, 9)
+    p.close()
+    kept = {int(n.split(".")[0]) for n in store_names(make.ckpt)}
+    assert min(kept) == 6                      # the newest snapshot at or below 9 - 3 + 1 = 7
+    if make.storage == "local":                # no emptied snapshot directories stay behind
+        assert {int(n.split(".")[0]) for n in os.listdir(os.path.join(make.ckpt, "state", "op", "0"))} == kept
     fresh = make(local="fresh")
     for v in range(7, 10):
         assert content(fresh.open("op", 0, v)) == models[v]
