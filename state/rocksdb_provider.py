@@ -198,12 +198,12 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         directory, else a private per-process copy (state.working). With ``fill``, the copy is
         wiped and ``fill(path)`` puts the files of a snapshot there before it is opened."""
         key = (operator, partition)
-        directory = private_store_dir(self.root, operator, partition)
         claim = self._claims.get(key)
-        if claim is None:
-            claim = self._claims[key] = Claim(directory)
+        if claim is None:                       # first use by this provider: check, then claim the directory
+            claim = self._claims[key] = Claim(private_store_dir(self.root, operator, partition))
             if claim.held:
-                remove_leftovers(directory)
+                remove_leftovers(claim.directory)
+        directory = claim.directory
         places = [(os.path.join(directory, "db"), False)] if claim.held else []
         places.append((private_copy_path(directory), True))
         for path, private in places:
