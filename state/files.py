@@ -13,7 +13,7 @@ Per store: ``checkpoint.child("state", <operator>, <partition>)`` holds
   incomplete and ignored).
 
 Every object is written once, create-only (``put``), under a name no other attempt uses (the token
-is a fresh uuid per commit), so two attempts of one batch (a redo, or a zombie that lost the fence)
+is a fresh uuid per commit attempt, then ``-<rows>``: see new_token), so two attempts of one batch (a redo, or a zombie that lost the fence)
 never overwrite each other: each version has one file set per token, and the commit log names the
 authoritative token. Loading (v, token) follows ``parent`` tokens back to a complete snapshot on
 that lineage (or to version -1, empty), then replays forward (``trace``).

@@ -4,7 +4,7 @@ with a full snapshot every ``snapshot_interval`` versions (layout: state.files).
 Commit of version N under a fresh token T (each step leaves N-1 loadable, see state.base):
   1. write ``N.T.delta`` create-only (the keys touched by the batch: new value or null =
      deleted; metadata names the parent token) -- from here (N, T) is loadable
-  2. if N % snapshot_interval == 0: write ``N.T.snapshot`` (all rows) create-only,
+  2. if N > 0 and N % snapshot_interval == 0: write ``N.T.snapshot`` (all rows) create-only,
      then cleanup (state.filebacked)
 
 Loading (V, token): if this provider holds exactly (V, token) in memory (it committed or loaded
