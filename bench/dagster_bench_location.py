@@ -1,4 +1,5 @@
-"""Code location of bench/dagster_overhead.py: one small file query and an empty one-op job."""
+"""Code location of bench/dagster_overhead.py: one small file query, an empty one-op job, and an
+AvailableNow query drained one file per batch (its sensor starts the drain's first batch)."""
 import os
 
 import dagster as dg
@@ -16,6 +17,13 @@ def bench_copy():
             .query_name("bench_copy").trigger(processing_time="1 minute"))
 
 
+def bench_drain():
+    return (inc.read_stream.files(os.path.join(ROOT, "drain_landing"), format="json", schema="id BIGINT, name STRING",
+                                  max_files_per_trigger=1)
+            .write_stream.format("parquet").checkpoint_location(os.path.join(ROOT, "drain_chk"))
+            .query_name("bench_drain").trigger(available_now=True))
+
+
 @dg.op
 def noop():
     return None
@@ -27,5 +35,7 @@ def empty_job():
 
 
 defs = dg.Definitions.merge(
-    build_definitions([(bench_copy, {"path": os.path.join(ROOT, "lake"), "sensor_status": "stopped"})]),
+    build_definitions([(bench_copy, {"path": os.path.join(ROOT, "lake"), "sensor_status": "stopped"}),
+                       (bench_drain, {"path": os.path.join(ROOT, "drain_lake"), "schedule_status": "stopped"})],
+                      asset_root=ROOT),
     dg.Definitions(jobs=[empty_job]))
