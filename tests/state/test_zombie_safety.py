@@ -91,3 +91,44 @@ def test_a_batch_between_snapshots_costs_one_request_per_partition(s3_bucket, tm
         s = p.open("op", 0, 8, token)
         if name == "rocksdb":                      # the token carries the rows to check it against
             assert counts == [] and s.token == token
+
+
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_a_zombie_snapshot_is_never_the_bound_of_its_cleanup(request, tmp_path, monkeypatch, storage):
+    """The winner's snapshot of 6 fails (it needs the shared snapshot 3 and changelogs 4-6); the
+    zombie's snapshot of 6 lands and its cleanup runs with retention 1. The zombie's own 6 would be
+    the newest snapshot at or below 6 - 1 + 1, but cleanup bounds stay below the version being
+    committed (the shared lineage), so the winner keeps what it needs."""
+    from state_testutil import checkpoint_url
+    from state.rocksdb_provider import RocksDBStateStoreProvider
+    ckpt = checkpoint_url(request, tmp_path, storage)
+    conf = {"changelog_checkpointing": True, "snapshot_interval": 3, "retention_versions": 1}
+    winner = make_provider("rocksdb", ckpt, local_dir=str(tmp_path / "winner"), **conf)
+    zombie = make_provider("rocksdb", ckpt, local_dir=str(tmp_path / "zombie"), **conf)
+    try:
+        models = build(winner, 5)
+        t5 = winner.open("op", 0, 5).token
+        w, z = winner.open("op", 0, 5, t5), zombie.open("op", 0, 5, t5)
+        upload = RocksDBStateStoreProvider._upload_snapshot
+        calls = []
+
+        def first_upload_fails(local, loc, meta):
+            calls.append(meta["token"])
+            if len(calls) == 1:
+                raise OSError("the winner's upload fails")
+            upload(local, loc, meta)
+        monkeypatch.setattr(RocksDBStateStoreProvider, "_upload_snapshot", staticmethod(first_upload_fails))
+        apply_batch(w, 6)
+        w.commit(6)
+        winner._await_upload(("op", 0))         # the winner's (failing) upload is done before the zombie commits
+        assert calls == [w.token]
+        z.put(K(("zombie",)), b"z")
+        z.commit(6)
+    finally:
+        winner.close()
+        zombie.close()
+    tw = w.token
+    assert not [n for n in store_names(ckpt) if n.startswith(f"6.{tw}.snapshot")]
+    model6 = dict(models[5]); model_batch(model6, 6)
+    with make_provider("rocksdb", ckpt, local_dir=str(tmp_path / "fresh"), **conf) as p:
+        assert content(p.open("op", 0, 6, tw)) == model6
