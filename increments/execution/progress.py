@@ -1,8 +1,10 @@
-"""Progress reports: one dict per batch, with the fields API.md lists (Spark's names in snake_case)."""
+"""Progress reports: one dict per batch, with the fields API.md lists (Spark's names in snake_case).
+Source and sink descriptions are redacted (they may name URLs with credentials)."""
 from __future__ import annotations
 
 from typing import Any
 
+from ..storage import redact
 from ..watermark import format_ts_ms
 
 
@@ -31,7 +33,7 @@ def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
         rs = read_sources[i] if i < len(read_sources) else {}
         n = rs.get("num_input_rows", 0)
         sources.append({
-            "description": src.description, "start_offset": e.start[str(i)], "end_offset": e.end[str(i)],
+            "description": redact(src.description), "start_offset": e.start[str(i)], "end_offset": e.end[str(i)],
             "latest_offset": e.end[str(i)], "num_input_rows": n,
             "input_rows_per_second": n / elapsed_s if elapsed_s else 0.0,
             "processed_rows_per_second": n / (trigger_ms / 1000) if trigger_ms else 0.0,
@@ -46,7 +48,7 @@ def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
         "event_time": event_time,
         "state_operators": entry.extra.get("state_operators", []),
         "sources": sources,
-        "sink": {"description": rt.sink.description, "num_output_rows": entry.num_output_rows,
+        "sink": {"description": redact(rt.sink.description), "num_output_rows": entry.num_output_rows,
                  "version": entry.sink_version},
         "watermark_ms": e.watermark_ms, "next_watermark_ms": entry.next_watermark_ms,
         "redo": plan.redo, "attempt": e.attempt,

@@ -1,7 +1,8 @@
 """StreamingQuery and the local runner: the five protocol steps in order, under a trigger.
 
 `start()` runs the query on a background thread (as Spark does); `await_termination()` waits
-and re-raises a failure as StreamingQueryException naming the query, batch and step.
+and re-raises a failure as StreamingQueryException naming the query, batch and step (its message
+redacted: no storage_options secret, URL credentials or signed query strings).
 """
 from __future__ import annotations
 
@@ -131,7 +132,8 @@ class StreamingQuery:
                 elif self.trigger.interval_ms:
                     self._wait(self.trigger.interval_ms / 1000 - (time.monotonic() - started))
         except BaseException as e:  # noqa: BLE001 - reported through exception()/await_termination
-            msg = f"{rt.where(self._batch, self._step)} terminated with exception: {e}"
+            from ..storage import redact
+            msg = f"{rt.where(self._batch, self._step)} terminated with exception: {redact(str(e))}"
             if not isinstance(e, IncrementsError):
                 msg += f" ({type(e).__name__})"
             log.error("%s", msg)

@@ -151,3 +151,18 @@ def test_no_secret_in_progress_history_or_errors(tmp_path, s3_bucket, pg_url, ca
     # the state reader resolves the committed tokens from the log
     state = inc.read_state(f"{s3_bucket}/chk", "0", log_url=pg_url, storage_options=opts)
     assert state.num_rows > 0
+
+
+def test_failure_messages_are_redacted(tmp_path):
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"id": 1}\n')
+
+    def sink(table, batch_id):
+        raise ValueError(f"the store said: bad key {secret}")
+    q = (inc.read_stream.files(str(tmp_path / "in"), "json", "id BIGINT").write_stream.foreach_batch(sink)
+         .checkpoint_location(str(tmp_path / "chk")).option("storage_options", {"aws_secret_access_key": secret})
+         .trigger(available_now=True).start())
+    with pytest.raises(inc.StreamingQueryException) as ei:
+        q.await_termination()
+    assert "bad key ***" in str(ei.value) and secret not in str(ei.value)
