@@ -125,6 +125,7 @@ class FileBackedProvider(StateStoreProvider):
             if loc.is_local:                      # the emptied directories, and temp files a crash left there
                 for d in listing.dirs_below(bound):
                     loc.delete_prefix(d + "/")
+                _remove_stale_temp_files(loc.local_path())
         except Exception as e:  # noqa: BLE001
             from increments.storage import redact
             log.warning("state cleanup of %s in %s failed (%s); old versions stay until the next cleanup",
@@ -145,3 +146,21 @@ class FileBackedProvider(StateStoreProvider):
 
     def _close(self) -> None:
         pass
+
+
+def _remove_stale_temp_files(directory: str, age_s: float = 3600.0) -> None:
+    """Temp files of local writes (``.tmp-*``) a killed process left, once an hour old (a live
+    write is never that old; a younger one may belong to an attempt still writing)."""
+    import os
+    import time
+    cutoff = time.time() - age_s
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return
+    for e in entries:
+        try:
+            if e.name.startswith(".tmp-") and e.is_file() and e.stat().st_mtime < cutoff:
+                os.remove(e.path)
+        except FileNotFoundError:
+            pass

@@ -393,3 +393,14 @@ def test_batches_go_on_while_a_snapshot_is_uploaded(tmp_path, monkeypatch):
         release.set()
     assert pending.done() and pending.exception() is None
     assert any(n.startswith("2.") and n.endswith("/_meta.json") for n in store_names(str(tmp_path / "ckpt")))
+
+
+def test_cleanup_removes_temp_files_a_killed_local_write_left(tmp_path):
+    d = tmp_path / "ckpt" / "state" / "op" / "0"
+    d.mkdir(parents=True)
+    old, new = d / ".tmp-killed", d / ".tmp-in-flight"
+    old.write_bytes(b"x"); new.write_bytes(b"y")
+    os.utime(old, (1, 1))                        # written long ago
+    with make_provider("memory", str(tmp_path / "ckpt"), snapshot_interval=2) as p:
+        build(p, 2)                              # 2 is a cleanup version
+    assert not old.exists() and new.exists()
