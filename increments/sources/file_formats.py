@@ -51,17 +51,23 @@ def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None)
         raise MalformedInputError(f"file {path}, line {line}: {reason}") from e
 
 
-def _read_json_duckdb(path: str, schema: Schema, only: list[str] | None = None) -> pa.Table | None:
+def read_json_lines_many(paths: list[str], schema: Schema, columns: list[str] | None = None) -> pa.Table | None:
+    """The rows of several JSON-lines files in their order, in one DuckDB scan (many small files
+    cost a fraction of one scan each); None when that scan fails: the caller then reads the files
+    one by one (read_json_lines), which names the bad file and line."""
+    return _read_json_duckdb(list(paths), schema, columns)
+
+
+def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
     import duckdb
 
     from ..sql import duckdb_connection
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
     columns = "{" + ", ".join(f"'{f.name.replace(chr(39), chr(39) * 2)}': '{f.duckdb_type}'" for f in fields) + "}"
-    quoted = path.replace("'", "''")
     try:
         table = duckdb_connection().sql(
-            f"SELECT * FROM read_json('{quoted}', format='newline_delimited', columns={columns}, "
-            f"maximum_object_size=67108864)").to_arrow_table()
+            f"SELECT * FROM read_json($files, format='newline_delimited', columns={columns}, "
+            f"maximum_object_size=67108864)", params={"files": path}).to_arrow_table()
         if only is not None:
             target = schema.to_arrow()
             read = pa.schema([target.field(f.name) for f in fields])

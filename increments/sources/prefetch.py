@@ -54,6 +54,11 @@ class ReadAhead:
         before = self._stat(path)
         return before, read(path)
 
+    def pending(self) -> set[str]:
+        """The paths queued or read ahead and not yet taken."""
+        with self._lock:
+            return set(self._pending)
+
     def take(self, path: str, columns: list[str] | None) -> Any | None:
         """The read-ahead result of `path` with exactly these columns, or None (read it yourself)."""
         with self._lock:

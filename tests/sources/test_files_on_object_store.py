@@ -109,6 +109,7 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
     assert src.latest_offset(-1) == 0
     assert len(src.files_for(-1, 0)) == 2100
+    assert _ids(src.read(-1, 0)) == list(range(2100))            # many objects: one scan, in name order
     inp.write_bytes("f99998.json", _json([99998]))
     inp.write_bytes("f99999.json", _json([99999]))
     list_calls.clear()
@@ -133,6 +134,10 @@ def test_many_local_files_list_only_the_new_ones(tmp_path):
     (d / "f999999.json").write_bytes(_json([7]))
     assert src.latest_offset(3) == 4 and src.files_for(3, 4) == ["f999999.json"]
     assert _ids(src.read(3, 4)) == [7]
+    assert _ids(src.read(0, 1)) == list(range(5000, 10000))      # one multi-file scan, in name order
+    (d / "f010001.json").write_bytes(_json([1]) + b"{oops\n")      # a bad file among many is still named
+    with pytest.raises(MalformedInputError, match=r"f010001\.json, line 2"):
+        src.read(1, 2)
 
 
 def test_a_plan_that_finds_entry_n_adopts_it(s3_bucket, fetch_dir):
