@@ -53,8 +53,9 @@ class CheckpointMetadata:
     def open(cls, location: Location | str, name: str | None, conf: dict[str, Any]) -> "CheckpointMetadata":
         """Create the checkpoint at first start, or check `conf` against the one fixed then.
 
-        metadata.json is written create-only (a conditional put on object stores, a hard link on
-        local disk): two starters racing on a new checkpoint agree on the one that landed first.
+        metadata.json and the first conf.json are written create-only (a conditional put on object
+        stores, a hard link on local disk): two starters racing on a new checkpoint agree on the
+        query id and conf that landed first (a starter whose conf differs then fails as below).
         Keys of the fixed conf whose value differs raise IncompatibleCheckpointError naming both
         values; keys the checkpoint does not know yet (added by a newer release) are recorded.
         """
@@ -66,21 +67,31 @@ class CheckpointMetadata:
         except FileExistsError:
             pass
         meta = loc.read_json("metadata.json")
-        try:
-            fixed = loc.read_json("conf.json")
-        except FileNotFoundError:
-            fixed = {}
         conf = json.loads(json.dumps(conf))  # compare as stored (tuples -> lists)
-        changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
-        if changed:
-            what = "; ".join(f"{k}: checkpoint has {old!r}, this start asks for {new!r}" for k, old, new in changed)
-            raise IncompatibleCheckpointError(
-                f"query {name or meta['id']!r}: the checkpoint at {loc.url} was started with a different "
-                f"configuration ({what}). These are fixed at the first run. Keep the original values, or start "
-                f"the changed query on a new checkpoint location and backfill it from the sources.")
-        if any(k not in fixed for k in conf):
-            loc.write_json("conf.json", {**conf, **fixed})
+        for _ in range(2):
+            fixed = _read_conf(loc)
+            changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
+            if changed:
+                what = "; ".join(f"{k}: checkpoint has {old!r}, this start asks for {new!r}" for k, old, new in changed)
+                raise IncompatibleCheckpointError(
+                    f"query {name or meta['id']!r}: the checkpoint at {loc.url} was started with a different "
+                    f"configuration ({what}). These are fixed at the first run. Keep the original values, or start "
+                    f"the changed query on a new checkpoint location and backfill it from the sources.")
+            if all(k in fixed for k in conf):
+                break
+            try:    # the first start creates conf.json create-only: of two first starters, one conf wins
+                loc.write_json("conf.json", {**conf, **fixed}, create_only=not fixed)
+                break
+            except FileExistsError:
+                continue        # another starter fixed it first: check against theirs
         return cls(loc, meta["id"], meta["created_at_ms"], {**conf, **fixed})
+
+
+def _read_conf(loc: Location) -> dict[str, Any]:
+    try:
+        return loc.read_json("conf.json")
+    except FileNotFoundError:
+        return {}
 
 
 def read_metadata(location: Location | str) -> dict[str, Any] | None:
