@@ -1,4 +1,4 @@
-"""The checkpoint: query metadata and fixed conf, the offsets/commits log, the seen-files log."""
+"""The checkpoint: query metadata and fixed conf (on a Location), the offsets/commits log and drains (SQL)."""
 from .log import BatchLog, CommitEntry, OffsetsEntry, open_log
 from .metadata import CheckpointMetadata
 
