@@ -274,3 +274,23 @@ def test_parse_json_scan_skips_key_and_timestamp_unless_kept(kafka_broker, tmp_p
     got, fn = _collect()
     _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk2", fn)
     assert got[0].column("id").to_pylist() == [0, 1, 2, 3]
+
+
+def test_initial_offsets_are_fixed_once_on_an_object_store_checkpoint(kafka_broker, s3_bucket):
+    """sources/<i>/initial.json is written create-only through the checkpoint's Location; a later
+    start (or a concurrent runner) adopts it instead of resolving 'latest' again."""
+    from increments import storage
+    from increments.sources.kafka import KafkaSource
+    topic = create_topic(kafka_broker, partitions=1)
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(5)])
+    chk = storage.location(f"{s3_bucket}/chk")
+    first = KafkaSource(kafka_broker, topic=topic, starting_offsets="latest")
+    first.open(chk, 0, "q")
+    assert first.initial_offset() == {topic: {"0": 5}}
+    assert chk.read_json("sources/0/initial.json") == {topic: {"0": 5}}
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(5, 8)])
+    again = KafkaSource(kafka_broker, topic=topic, starting_offsets="latest")
+    again.open(chk, 0, "q")
+    assert again.initial_offset() == {topic: {"0": 5}}
+    first.close()
+    again.close()
