@@ -176,3 +176,46 @@ def test_read_files_single_file_directory_glob_and_missing(where, tmp_path, requ
     with pytest.raises(FileNotFoundError, match=r"read\.files: .*data/nope\.json does not exist"):
         inc.read.files(f"{base}/nope.json", "json", "id BIGINT").load()
     assert ids(f"{base}/nothing-*.json") == []
+
+
+def _run_query(frame, s3_bucket, pg_url, fmt, target, options=None):
+    w = (frame.write_stream.format(fmt).checkpoint_location(f"{s3_bucket}/chk").option("log_url", pg_url)
+         .trigger(available_now=True))
+    if options:
+        w = w.option("storage_options", options)
+    q = w.start(target)
+    q.await_termination()
+    return q
+
+
+def test_query_from_s3_files_to_an_s3_parquet_sink_with_query_storage_options(s3_bucket, pg_url, tmp_path,
+                                                                             monkeypatch, no_aws_env):
+    """Input, checkpoint and sink on S3; only the query's storage_options reach the server."""
+    monkeypatch.setenv("INCREMENTS_LOCAL_DIR", str(tmp_path / "local"))
+    inp = storage.location(f"{s3_bucket}/in", no_aws_env)
+    for k in range(3):
+        _put_json(inp, f"f{k}.json", [k * 10, k * 10 + 1])
+
+    def frame():
+        return inc.read_stream.files(f"{s3_bucket}/in", "json", "id BIGINT", max_files_per_trigger=2)
+    out = f"{s3_bucket}/out"
+    q = _run_query(frame(), s3_bucket, pg_url, "parquet", out, no_aws_env)
+    assert [p["batch_id"] for p in q.recent_progress] == [0, 1]
+    _put_json(inp, "f3.json", [30])
+    _run_query(frame(), s3_bucket, pg_url, "parquet", out, no_aws_env)
+    assert read_parquet_sink(out, no_aws_env).column("id").to_pylist() == [0, 1, 10, 11, 20, 21, 30]
+    chk = storage.location(f"{s3_bucket}/chk", no_aws_env)
+    assert [o.name for o in chk.list("sources/")] == ["sources/0/0.json", "sources/0/1.json", "sources/0/2.json"]
+
+
+def test_query_from_an_s3_delta_table_to_an_s3_delta_table(s3_bucket, pg_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("INCREMENTS_LOCAL_DIR", str(tmp_path / "local"))
+    from deltalake import DeltaTable, write_deltalake
+    src_table, dst_table = f"{s3_bucket}/lake/src", f"{s3_bucket}/lake/dst"
+    write_deltalake(src_table, _t([1, 2]))
+    write_deltalake(src_table, _t([3]), mode="append")
+    frame = inc.read_stream.delta(src_table).filter("id <> 2")
+    _run_query(frame, s3_bucket, pg_url, "delta", dst_table)
+    write_deltalake(src_table, _t([4]), mode="append")
+    _run_query(inc.read_stream.delta(src_table).filter("id <> 2"), s3_bucket, pg_url, "delta", dst_table)
+    assert sorted(DeltaTable(dst_table).to_pyarrow_table().column("id").to_pylist()) == [1, 3, 4]
