@@ -78,12 +78,16 @@ class DeltaSource(Source):
 
     def schema(self) -> pa.Schema:
         if self._schema is None:
+            from deltalake.exceptions import TableNotFoundError
+            where = f"read_stream.delta({storage.redact_url(self.path)!r})"
             try:
                 self._schema = pa.schema(self.table().schema().to_arrow())
+            except TableNotFoundError as e:
+                raise MalformedInputError(f"{where}: not a Delta table ({storage.redact(e)}); create the table first "
+                                          "(a stream needs its schema)") from None
             except Exception as e:  # noqa: BLE001
-                raise MalformedInputError(f"read_stream.delta({storage.redact_url(self.path)!r}): not a Delta table "
-                                          f"({storage.redact(e)}); create the table first (a stream needs its "
-                                          "schema)") from None
+                raise MalformedInputError(f"{where}: cannot read the table's schema: {storage.redact(e)}. Check the "
+                                          "source's storage_options and the cloud's environment variables") from None
         return self._schema
 
     def initial_offset(self) -> dict:
