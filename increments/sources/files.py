@@ -31,7 +31,6 @@ with DataLossError unless fail_on_data_loss=False, which skips it, counts it and
 """
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 from typing import Any
@@ -43,6 +42,7 @@ from ..errors import DataLossError, MalformedInputError
 from ..storage import Location, ObjectInfo
 from ..types import parse_schema
 from . import file_formats
+from .file_listing import LocalCopy, concatenated, name_matches, split_glob, within_bytes
 from .base import Source
 from .prefetch import ReadAhead
 from .seen_files import SeenFilesLog
@@ -56,32 +56,8 @@ READ_AHEAD_BATCHES = 2
 #: ...as long as the next batches' files hold at most this many bytes (decoded data of batches
 #: ahead is memory the current batch does not need); the first files that fit are read
 READ_AHEAD_BYTES = 128 << 20
-_WILDCARDS = "*?["
 #: a batch of at least this many JSON files (none read ahead) is read in one scan (_read_together)
 MULTI_FILE_SCAN_MIN = 8
-
-
-def split_glob(path: str) -> tuple[str, str | None]:
-    """(the directory to list, the pattern of names relative to it or None for a directory)."""
-    idx = min((path.find(c) for c in _WILDCARDS if c in path), default=-1)
-    if idx < 0:
-        root = path.rstrip("/") or "/"
-        return (root if storage.is_remote(path) or storage.scheme_of(path) else os.path.abspath(root)), None
-    cut = path.rfind("/", 0, idx)
-    scheme = storage.scheme_of(path)
-    if scheme:
-        head = len(scheme) + 3
-        if path.find("/", head) < 0 or cut < path.find("/", head):
-            raise ValueError(f"files({storage.redact_url(path)!r}): a wildcard in the bucket or container name "
-                             "is not supported; put wildcards in the path after it")
-        return path[:cut], path[cut + 1:]
-    if cut < 0:
-        return os.path.abspath("."), path
-    return os.path.abspath(path[:cut] or "/"), path[cut + 1:]
-
-
-def _hidden(segment: str) -> bool:
-    return segment.startswith((".", "_"))
 
 
 class FileSource(Source):
@@ -139,19 +115,10 @@ class FileSource(Source):
         self._root = None
         self._log = SeenFilesLog(self.own_files())
 
-    def _matches(self, name: str) -> bool:
-        segs = name.split("/")
-        if any(_hidden(s) for s in segs):
-            return False
-        if self.pattern is None:
-            return len(segs) == 1
-        pats = self.pattern.split("/")
-        return len(segs) == len(pats) and all(fnmatch.fnmatchcase(s, p) for s, p in zip(segs, pats))
-
     def list_after(self, after: str | None) -> list[ObjectInfo]:
         """The source's files whose names come after `after` (all for None), in name order: one
         listing of the keys after it."""
-        return [o for o in self.root().list("", start_after=after) if self._matches(o.name)]
+        return [o for o in self.root().list("", start_after=after) if name_matches(o.name, self.pattern)]
 
     def _rel(self, path: str) -> str:
         """A version-1 entry's absolute path as a name relative to the root."""
@@ -175,7 +142,7 @@ class FileSource(Source):
             if not everything and not (self.root().local_path("") and os.path.isdir(self.root().local_path(""))):
                 raise FileNotFoundError(f"read.files: {storage.redact_url(self.path)} does not exist (no file or "
                                         "directory, and no object under that prefix)")
-            return [(self.root(), o.name) for o in everything if self._matches(o.name)]
+            return [(self.root(), o.name) for o in everything if name_matches(o.name, self.pattern)]
         return [(self.root(), o.name) for o in self.list_after(None)]
 
     def schema(self) -> pa.Schema:
@@ -189,7 +156,7 @@ class FileSource(Source):
                                  "and no file to infer it from; pass schema=")
             import pyarrow.parquet as pq
             loc, name = first[0]
-            with _Local(loc, name) as path:
+            with LocalCopy(loc, name) as path:
                 self._schema = parse_schema(pq.read_schema(path))
         return self._schema.to_arrow()
 
@@ -216,7 +183,7 @@ class FileSource(Source):
         upcoming: list[ObjectInfo] = []        # the files of the next batches, in order
         m = self.max_files_per_trigger
         if limited and m:
-            upcoming = _within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
+            upcoming = within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
             rest = new[m:]
             new = new[:m]
         else:
@@ -313,20 +280,11 @@ class FileSource(Source):
                 return loc.read_bytes(name)
             with open(p, "rb") as fh:
                 return fh.read()
-        import tempfile
-        from concurrent.futures import ThreadPoolExecutor
-        fd, tmp = tempfile.mkstemp(dir=storage.private_dir(None, "fetch"), prefix="batch-", suffix=".json")
         try:
-            with os.fdopen(fd, "wb") as out, ThreadPoolExecutor(1 if self.root().is_local else 8) as pool:
-                for data in pool.map(content, keys):
-                    out.write(data)
-                    if data and not data.endswith(b"\n"):
-                        out.write(b"\n")
-            return file_formats.read_json_lines_many([tmp], self._schema, columns)
+            with concatenated(keys, content, 1 if self.root().is_local else 8) as path:
+                return file_formats.read_json_lines_many([path], self._schema, columns)
         except (OSError, storage.StorageError):
             return None
-        finally:
-            os.remove(tmp)
 
     def enable_read_ahead(self, columns: list[str] | None = None) -> None:
         """Decode planned and upcoming files in the background, for a query that reads `columns`
@@ -375,7 +333,7 @@ class FileSource(Source):
     def decode_at(self, loc: Location, name: str, columns: list[str] | None = None) -> pa.Table:
         """The rows of one file (FileNotFoundError when it is gone; MalformedInputError naming it)."""
         shown = loc.join(name)
-        with _Local(loc, name) as path:
+        with LocalCopy(loc, name) as path:
             if loc.local_path(name) is not None and not os.path.isfile(path):
                 raise FileNotFoundError(shown)
             try:
@@ -390,38 +348,5 @@ class FileSource(Source):
                                                           "processed.")) from e
 
 
-class _Local:
-    """A local path holding the object: the file itself when local, else a private copy that is
-    deleted on exit (FileNotFoundError when the object is gone)."""
-
-    def __init__(self, loc: Location, name: str):
-        self.loc, self.name, self.tmp = loc, name, None
-
-    def __enter__(self) -> str:
-        p = self.loc.local_path(self.name)
-        if p is not None:
-            return p
-        self.tmp = self.loc.fetch_local(self.name, storage.private_dir(None, "fetch"))
-        return self.tmp
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.tmp is not None:
-            try:
-                os.remove(self.tmp)
-            except FileNotFoundError:
-                pass
-
-
 def _key(f: Any) -> str:
     return f["name"] if isinstance(f, dict) else f
-
-
-def _within_bytes(files: list[ObjectInfo], budget: int) -> list[ObjectInfo]:
-    """The leading files whose sizes (as listed) add up to at most `budget` bytes."""
-    out, total = [], 0
-    for f in files:
-        total += f.size
-        if total > budget:
-            break
-        out.append(f)
-    return out
