@@ -231,3 +231,18 @@ def test_delta_source_schema_with_only_the_query_storage_options(s3_bucket, pg_u
     _run_query(inc.read_stream.delta(f"{s3_bucket}/lake/p"), s3_bucket, pg_url, "parquet", f"{s3_bucket}/o",
                no_aws_env)
     assert read_parquet_sink(f"{s3_bucket}/o", no_aws_env).column("id").to_pylist() == [1]
+
+
+def test_parquet_attempt_that_loses_the_manifest_race_removes_its_own_object(s3_bucket, monkeypatch):
+    """Two runners of batch 0 both found no manifest; the one that writes it second keeps nothing."""
+    out = f"{s3_bucket}/race"
+    winner, loser = ParquetSink(out), ParquetSink(out)
+    winner.open(_ctx(s3_bucket))
+    loser.open(_ctx(s3_bucket))
+    monkeypatch.setattr(loser.loc, "exists", lambda name: False)   # its check ran before the winner published
+    assert winner.add_batch(0, _t([1])).num_output_rows == 1
+    published = storage.location(out).read_bytes("_manifest/0.json")
+    assert loser.add_batch(0, _t([1])).skipped_replay
+    assert storage.location(out).read_bytes("_manifest/0.json") == published
+    assert len([o for o in storage.location(out).list("") if o.name.startswith("batch_id=0/")]) == 1
+    assert read_parquet_sink(out).column("id").to_pylist() == [1]

@@ -231,3 +231,16 @@ def test_source_storage_options_win_over_the_query_ones(s3_bucket, fetch_dir):
     src.open(storage.location(f"{s3_bucket}/chk"), 0, "q", {"aws_region": "eu-west-3", "allow_http": "true"})
     assert src.options() == {"aws_region": "us-east-1", "allow_http": "true"}
     assert src.latest_offset(-1) == 0 and _ids(src.read(-1, 0)) == [1]
+
+
+def test_file_urls_and_a_glob_on_the_local_disk(tmp_path):
+    d = tmp_path / "in"
+    (d / "2024-01").mkdir(parents=True)
+    (d / "a.json").write_bytes(_json([1]))
+    (d / "2024-01" / "b.json").write_bytes(_json([2]))
+    url = f"file://{d}"
+    plain = _source(url, f"file://{tmp_path}/chk1")
+    assert plain.latest_offset(-1) == 0 and _ids(plain.read(-1, 0)) == [1]
+    glob = _source(f"{url}/2024-*/*.json", str(tmp_path / "chk2"))
+    assert glob.latest_offset(-1) == 0 and _ids(glob.read(-1, 0)) == [2]
+    assert os.path.exists(tmp_path / "chk1" / "sources" / "0" / "0.json")
