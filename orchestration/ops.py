@@ -77,7 +77,8 @@ def end_without_batch(context: Any, spec: Any, outcome: str, reason: str, batch_
     idle and the reason as tags and as the run's message. Never retried: Dagster retries failed
     runs only, and the step's Failure disallows step retries."""
     from . import runner
-    _tag(context, {OUTCOME_TAG: outcome, REASON_TAG: reason[:200],
+    short = re.sub(r"^query '[^']*' \(id [^)]*\),?\s*", "", reason)      # the run's tags name the query
+    _tag(context, {OUTCOME_TAG: outcome, REASON_TAG: short[:200],
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
     runner.release_run(spec.key, context.run_id)
     context.instance.report_run_canceling(context.dagster_run, message=f"{outcome}: {reason}")

@@ -9,6 +9,8 @@ Each tick (at most every `sensor_interval_s`, >= 5 s, the processing-time interv
     an AvailableNow drain is active                            -> request batch N with the drain
     processing_time trigger and new data / time-based work     -> request batch N
     otherwise                                                  -> skip (nothing to do)
+    the query cannot be built (e.g. its upstream Delta table
+      does not exist yet)                                      -> skip, naming the error
 Refused runs do not count as "the last batch run". A halt ends when a launch of `<q>_batch` (no
 config) commits: the launch redoes the failed batch. The request carries run config batch_id=N (a
 stale copy of it is refused once N is committed) and run key `<q>-b<N>-a<k>`, k = how many runs of
@@ -121,7 +123,10 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
                 except Exception as e:  # noqa: BLE001 - tried again next tick
                     context.log.warning(f"halt webhook {spec.halt_webhook} failed: {e!r}")
             return dg.SkipReason(halt_text(halt))
-        rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
+        try:
+            rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
+        except Exception as e:  # noqa: BLE001 - e.g. the upstream Delta table does not exist yet
+            return dg.SkipReason(f"query {spec.name} cannot start yet: {type(e).__name__}: {e}")
         try:
             nxt, redo = runner.next_batch_id(rt)
             drain = DrainLog.for_runtime(rt).active()

@@ -118,3 +118,17 @@ def test_check_metadata_has_no_placeholders(tmp_path):
            "offsets": "", "sources": [], "state_versions": {}, "sink": "x", "sink_version": None,
            "durations_ms": {}, "query_id": "q"}
     assert lineage_metadata(rec, "r")["sink_version"] == "-"   # as `increments history` prints a missing one
+
+
+def test_sensor_skips_naming_the_error_while_the_upstream_table_is_missing(tmp_path):
+    root = str(tmp_path)
+
+    def silver():
+        frame = inc.read_stream.delta(os.path.join(root, "bronze"))
+        return (frame.write_stream.format("parquet").checkpoint_location(os.path.join(root, "chk"))
+                .query_name("silver").trigger(processing_time="1 minute"))
+    defs = build_definitions([(silver, {"path": os.path.join(root, "silver")})], asset_root=root)
+    sensor = defs.get_sensor_def("silver_trigger")
+    with dg.DagsterInstance.ephemeral() as inst:
+        res = sensor.evaluate_tick(dg.build_sensor_context(instance=inst))
+    assert not res.run_requests and "cannot start yet" in res.skip_message and "bronze" in res.skip_message

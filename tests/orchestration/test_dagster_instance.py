@@ -170,22 +170,32 @@ def test_graphql_returns_batch_lineage(dagster_env):
     assert deps == {"files/lake/silver_copy": ["delta/lake/sensor_copy"], "delta/lake/sensor_copy": ["files/landing/sensor_copy"]}
 
 
-def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
-    d = dagster_env["dagster"]
-    runs = wait_for(lambda: len(committed(d, "sensor_copy")) >= 3 and committed(d, "sensor_copy"), 150, "batches")
-    url = f"{d.url}/assets/delta/lake/sensor_copy?view=events"
+def _chromium(url: str, tmp_path, name: str) -> str:
+    """The page's DOM after its scripts ran; a screenshot beside it (kept in
+    $INCREMENTS_SCREENSHOT_DIR when set)."""
     base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--virtual-time-budget=20000", "--window-size=1600,1200"]
     dom = subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--dump-dom", url],
                          capture_output=True, text=True, timeout=120).stdout
-    shot = tmp_path / "asset_page.png"
+    shot = os.path.join(os.environ.get("INCREMENTS_SCREENSHOT_DIR") or str(tmp_path), f"{name}.png")
     subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", f"--screenshot={shot}", url],
                    capture_output=True, timeout=120)
-    assert shot.exists() and shot.stat().st_size > 10_000
+    assert os.path.exists(shot) and os.path.getsize(shot) > 10_000
+    return dom
+
+
+def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
+    d = dagster_env["dagster"]
+    runs = wait_for(lambda: len(committed(d, "sensor_copy")) >= 3 and committed(d, "sensor_copy"), 150, "batches")
+    dom = _chromium(f"{d.url}/assets/delta/lake/sensor_copy?view=events", tmp_path, "asset_events")
     assert "sensor_copy" in dom
     assert "batch_id" in dom, "the asset's events view should list batch materializations with their metadata"
     assert any(r["runId"][:8] in dom for r in runs), "the events view should name the batch runs"
+    # the runs list of a query: refused and idle runs show as Canceled, beside committed Successes
+    wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["status"] == "CANCELED"], 300, "a refused run")
+    dom = _chromium(f"{d.url}/runs?q%5B0%5D=tag%3Aincrements%2Fquery%3Dmanual_copy", tmp_path, "runs_list")
+    assert "Canceled" in dom and "Success" in dom and "refused" in dom
 
 
 def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env):
