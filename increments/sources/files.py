@@ -179,19 +179,19 @@ class FileSource(Source):
 
     def latest_offset(self, start: int, limited: bool = True) -> int:
         assert self._log is not None
-        new = self._new_files(start, limited)
-        upcoming: list[ObjectInfo] = []        # the files of the next batches, in order
+        listed = self._new_files(start, limited)
+        new, upcoming = listed, []             # this batch's files; the files of the next batches
         m = self.max_files_per_trigger
         if limited and m:
-            upcoming = within_bytes(new[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
-            rest = new[m:]
-            new = new[:m]
-        else:
-            rest = []
+            new = listed[:m]
+            upcoming = within_bytes(listed[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
         if not new:
             return start
         entry = self._log.write(start + 1, new)          # create-only; an existing entry is adopted
-        self._listed = (start + 1, entry["last"], [o for o in rest if o.name > entry["last"]]) if rest else None
+        # what the next plans may take from this listing: the names after the entry's last (an
+        # adopted entry may end before or after this plan's own first m files)
+        rest = [o for o in listed if o.name > entry["last"]] if limited and m else []
+        self._listed = (start + 1, entry["last"], rest) if rest else None
         # overlap decoding this batch's files (first) and the next batches' with the work between
         # plan and their read steps (sources/prefetch.py)
         self._start_read_ahead([_key(f) for f in entry["files"]] + [o.name for o in upcoming

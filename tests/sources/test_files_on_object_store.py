@@ -156,6 +156,19 @@ def test_a_plan_that_finds_entry_n_adopts_it(s3_bucket, fetch_dir):
     assert zombie.latest_offset(0) == 1 and zombie.files_for(0, 1) == ["f1.json", "f2.json"]
 
 
+def test_an_adopted_entry_shorter_than_the_plan_loses_no_file(s3_bucket, fetch_dir):
+    """The plan listed f0..f4 and wanted f0, f1; entry 0 (another runner's) holds only f0: the next
+    plan, served from this listing, starts at f1."""
+    inp = storage.location(f"{s3_bucket}/in")
+    for k in range(5):
+        inp.write_bytes(f"f{k}.json", _json([k]))
+    _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", max_files_per_trigger=1).latest_offset(-1)
+    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", max_files_per_trigger=2)
+    assert src.latest_offset(-1) == 0 and src.files_for(-1, 0) == ["f0.json"]
+    assert src.latest_offset(0) == 1 and src.files_for(0, 1) == ["f1.json", "f2.json"]
+    assert src.latest_offset(1) == 2 and src.files_for(1, 2) == ["f3.json", "f4.json"]
+
+
 def test_available_now_target_is_the_last_key_at_drain_start(s3_bucket, fetch_dir):
     inp = storage.location(f"{s3_bucket}/in")
     for k in range(3):
