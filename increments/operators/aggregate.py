@@ -332,7 +332,7 @@ class WindowAggregateOp(PhysicalOp):
         partials = self._partials(table, len(stores))
         tcol = self._time_cols()[0] if self._time_cols() else None
         if self.watermarked and self.mode != "complete" and partials.num_rows:
-            late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark_ms * 1000), False)
+            late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark(self) * 1000), False)
             n_late = pc.sum(late).as_py() or 0
             if n_late:
                 ctx.count_dropped(self, n_late)
@@ -363,7 +363,7 @@ class WindowAggregateOp(PhysicalOp):
                 at += len(keys)
         for store in stores:
             if evict:
-                end = time_bound(ctx.watermark_ms)
+                end = time_bound(ctx.eviction_watermark(self))
                 if self.mode == "append":
                     emitted.append(self._from_state(list(store.range_scan(None, end))))
                 store.delete_range(None, end)

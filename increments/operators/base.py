@@ -7,7 +7,11 @@ plan ran (or aborts them all if anything failed), so a batch's state changes are
 per partition and a redo starts again from batch_id - 1.
 
 Watermarks inside one batch (SEMANTICS.md rule 4): `ctx.late_watermark_ms` (W_{b-1}) decides
-which rows are late; `ctx.watermark_ms` (W_b) decides eviction and append-mode emission.
+which rows are late; `ctx.watermark_ms` (W_b) decides eviction and append-mode emission. These are
+the global watermark; a stateful operator uses its own input watermark, derived from them by
+`ctx.late_watermark(op)` / `ctx.eviction_watermark(op)` (docs/semantics.md, "Watermark propagation"):
+W - op.input_watermark_offset_ms, never below 0, and 0 while the global one is 0 or when no
+watermarked input reaches the operator (offset None).
 """
 from __future__ import annotations
 
@@ -55,11 +59,29 @@ class BatchContext:
         """The op's state stores, one per partition, loaded at version batch_id - 1."""
         return self.state.stores_for(op.operator_id, self.batch_id)
 
+    def eviction_watermark(self, op: "PhysicalOp") -> int:
+        """The op's input watermark for eviction and append-mode emission in this batch (ms)."""
+        return derive_watermark(self.watermark_ms, op.input_watermark_offset_ms)
+
+    def late_watermark(self, op: "PhysicalOp") -> int:
+        """The op's input watermark for dropping late rows in this batch: its eviction watermark of
+        the previous batch (ms)."""
+        return derive_watermark(self.late_watermark_ms, op.input_watermark_offset_ms)
+
     def count_dropped(self, op: "PhysicalOp", n: int) -> None:
         self.dropped_by_watermark[op.operator_id] = self.dropped_by_watermark.get(op.operator_id, 0) + int(n)
 
     def where(self, what: str) -> str:
         return f"query {self.query_name!r}, batch {self.batch_id}: {what}"
+
+
+def derive_watermark(global_ms: int, offset_ms: int | None) -> int:
+    """An operator's input watermark from the global one (Spark's PropagateWatermarkSimulator):
+    0 while the global watermark is 0 or when no watermark reaches the operator, else
+    max(global - offset, 0)."""
+    if offset_ms is None or global_ms == 0:
+        return 0
+    return max(int(global_ms) - int(offset_ms), 0)
 
 
 class PhysicalOp:
@@ -71,6 +93,9 @@ class PhysicalOp:
     evicts_by_watermark: bool = False
     operator_id: str = ""
     operator_name: str = ""
+    #: how far this operator's input watermark lags the global one (ms); None: no watermarked input
+    #: reaches it. Set by the compiler (plan/watermarks.py) after the tree is built.
+    input_watermark_offset_ms: int | None = 0
 
     def __init__(self, children: list["PhysicalOp"], schema: pa.Schema):
         self.children = children
@@ -97,6 +122,12 @@ class PhysicalOp:
     def state_schema(self) -> dict[str, Any] | None:
         """Key and value fields of this operator's state (for the checkpoint's compatibility check)."""
         return None
+
+    def output_watermark_offset(self, input_offset_ms: int | None) -> int | None:
+        """The watermark this operator passes downstream, as an offset behind the global one, given
+        its input's. Stateless operators and most stateful ones pass their input's on unchanged; a
+        stream-stream join passes the min of its state watermarks (operators/join.py)."""
+        return input_offset_ms
 
     def has_time_based_work(self, watermark_ms: int, timestamp_ms: int) -> bool:
         """Work a batch without new data would do (e.g. processing-time timers due)."""

@@ -83,7 +83,7 @@ class DeduplicateOp(PhysicalOp):
         table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
         if self.event_col:
             late = pc.fill_null(pc.less_equal(pc.cast(table.column(self.event_col), pa.int64()),
-                                              ctx.late_watermark_ms * 1000), False)
+                                              ctx.late_watermark(self) * 1000), False)
             n_late = pc.sum(late).as_py() or 0
             if n_late:
                 ctx.count_dropped(self, n_late)
@@ -128,7 +128,7 @@ class DeduplicateOp(PhysicalOp):
         return result.select(self.schema.names)
 
     def _evict(self, ctx: BatchContext, store, index) -> None:
-        end = time_bound(ctx.watermark_ms)
+        end = time_bound(ctx.eviction_watermark(self))
         if self.within:
             pkeys = [encode_key(decode_key(kb)[1:]) for kb, _ in index.range_scan(None, end)]
             for kb in pkeys:

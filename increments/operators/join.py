@@ -208,6 +208,14 @@ class StreamStreamJoinOp(PhysicalOp):
         if self.unbounded_reason and how != "inner":
             raise AnalysisException(f"{how} stream-stream join refused: {self.unbounded_reason}")
 
+    def output_watermark_offset(self, input_offset_ms: int | None) -> int | None:
+        """Spark (StreamingSymmetricHashJoinExec.produceOutputWatermark): the min of the two state
+        watermarks, e.g. W - 1 hour - 1 ms after `r.t BETWEEN l.t AND l.t + INTERVAL 1 HOUR`; no state
+        watermark, no output watermark."""
+        if input_offset_ms is None or not self.offsets:
+            return None
+        return input_offset_ms + max(-off for _, off in self.offsets.values())
+
     # -- compile-time checks ---------------------------------------------------------------------
     def _unbounded_reason(self) -> str:
         missing = []
@@ -241,7 +249,7 @@ class StreamStreamJoinOp(PhysicalOp):
                "right": self.children[1].execute(ctx).cast(self.rs.schema)}
         dropped = 0
         for side in new:
-            new[side], d = self._drop_late(new[side], side, ctx.late_watermark_ms)
+            new[side], d = self._drop_late(new[side], side, ctx.late_watermark(self))
             dropped += d
         ctx.count_dropped(self, dropped)
         failed = {}
@@ -329,7 +337,7 @@ class StreamStreamJoinOp(PhysicalOp):
 
     def _state_watermark_us(self, side: str, ctx) -> int | None:
         off = self.offsets.get(side)
-        return (ctx.watermark_ms + off[1]) * 1000 if off else None
+        return (ctx.eviction_watermark(self) + off[1]) * 1000 if off else None
 
     def _update_side(self, ctx, stores, side, si, new, keys, full, cand, chunk_keys, matched, counts,
                      metrics) -> pa.Table:

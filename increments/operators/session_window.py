@@ -87,7 +87,7 @@ class SessionWindowOp(PhysicalOp):
                       f"FROM (SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL) GROUP BY {g}",
                       {"__in": table})
         if self.watermarked and self.mode != "complete" and out.num_rows:
-            late = pc.less_equal(pc.add(out.column("__t"), self.gap_us), ctx.late_watermark_ms * 1000)
+            late = pc.less_equal(pc.add(out.column("__t"), self.gap_us), ctx.late_watermark(self) * 1000)
             n_late = pc.sum(late).as_py() or 0
             if n_late:
                 ctx.count_dropped(self, n_late)
@@ -107,7 +107,7 @@ class SessionWindowOp(PhysicalOp):
                 if self.mode == "update":
                     out.append(changed)
             if self.watermarked and self.mode in ("append", "update"):
-                evicted = self._evict(stores[p], index[p], ctx.watermark_ms)
+                evicted = self._evict(stores[p], index[p], ctx.eviction_watermark(self))
                 if self.mode == "append":
                     out.append(evicted)
             if self.mode == "complete":

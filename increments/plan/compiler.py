@@ -82,6 +82,8 @@ class Compiler:
             validate.validate(node, self.output_mode)
         node = push_filters_below_watermarks(node)
         root = self.build(node)
+        from .watermarks import propagate
+        propagate(root)
         return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings,
                             self.scan_filters, prune_scans(root))
 
