@@ -68,6 +68,24 @@ def session_window(column: str, gap_duration: str | None = None, gap: str | None
     return SessionWindowSpec(column, gap)
 
 
+_WINDOW_TIME = "(struct_extract({}, 'end') - INTERVAL 1 MICROSECOND)"
+
+
+def window_time(window_column: str = "window") -> str:
+    """The event time of a window: its end - 1 microsecond (Spark's window_time), as SQL text for
+    select / with_column, or as the column of a second window: F.window(F.window_time("window"),
+    "1 hour") aggregates the rows an earlier windowed aggregation emitted. It keeps the window's
+    watermark, so the second aggregation may run in append mode (docs/semantics.md)."""
+    return _WINDOW_TIME.format(col(window_column))
+
+
+def window_time_source(expr: str) -> str | None:
+    """The window column a window_time(...) SQL text reads, or None when it is not one."""
+    import re
+    m = re.fullmatch(r"\(struct_extract\(\"((?:[^\"]|\"\")+)\", 'end'\) - INTERVAL 1 MICROSECOND\)", expr.strip())
+    return m.group(1).replace('""', '"') if m else None
+
+
 @dataclass(frozen=True)
 class AggExpr:
     func: str                # count, sum, min, max, avg, first, last

@@ -4,10 +4,11 @@ Every method returns a new frame; nothing runs until `write_stream...start()`.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..durations import parse_duration_ms
-from ..functions import AggExpr, SessionWindowSpec, WindowSpec
+from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time_source
 from ..plan import nodes as n
 from ..types import parse_schema
 
@@ -96,6 +97,23 @@ class StreamFrame:
             on = [on]
         return StreamFrame(n.Join(left=self._node, right=right, on=tuple(on) if isinstance(on, list) else on, how=how))
 
+    def union(self, other: "StreamFrame") -> "StreamFrame":
+        """UNION ALL by position (Spark's union): the columns of `other` are matched to this frame's by
+        their order and take this frame's names. Each input keeps its own watermark; the query's
+        global watermark is the min over them (`multiple_watermark_policy` "max": the max)."""
+        return StreamFrame(n.Union(self._node, _frame_node(other, "union"), False, False))
+
+    unionAll = union_all = union
+
+    def union_by_name(self, other: "StreamFrame", allow_missing_columns: bool = False) -> "StreamFrame":
+        """UNION ALL matching columns by name (Spark's unionByName). Without allow_missing_columns both
+        sides must have the same column names; with it, a column missing on one side is NULL there
+        (the right side's extra columns come last)."""
+        return StreamFrame(n.Union(self._node, _frame_node(other, "union_by_name"), True, bool(allow_missing_columns)))
+
+    def unionByName(self, other: "StreamFrame", allowMissingColumns: bool = False) -> "StreamFrame":
+        return self.union_by_name(other, allowMissingColumns)
+
     # -- output -----------------------------------------------------------------------------
     @property
     def write_stream(self):
@@ -118,6 +136,13 @@ class StreamFrame:
         return f"StreamFrame({type(self._node).__name__})"
 
 
+def _frame_node(other: Any, what: str) -> n.Node:
+    if not isinstance(other, StreamFrame):
+        raise TypeError(f"{what}: {other!r} is not a frame; union two frames (streams, or a stream and a "
+                        "static frame)")
+    return other.node
+
+
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
@@ -134,7 +159,14 @@ class GroupedFrame:
         for a in aggs:
             if not isinstance(a, AggExpr):
                 raise TypeError(f"agg: {a!r} is not an aggregate; use F.count(), F.sum('x'), ...")
-        return StreamFrame(n.Aggregate(self._frame.node, self._keys, tuple(aggs)))
+        child, keys = self._frame.node, []
+        for k in self._keys:   # F.window(F.window_time("window"), ...): the event time as a column first
+            if isinstance(k, WindowSpec) and window_time_source(k.column) is not None:
+                name = f"window_time({window_time_source(k.column)})"
+                child = n.WithColumn(child, name, k.column)
+                k = dataclasses.replace(k, column=name)
+            keys.append(k)
+        return StreamFrame(n.Aggregate(child, tuple(keys), tuple(aggs)))
 
     def sum(self, *cols: str) -> StreamFrame:
         return self.agg(*(AggExpr("sum", c) for c in cols))

@@ -171,7 +171,13 @@ class WindowAggregateOp(PhysicalOp):
             else:
                 fields.append(cs.field(k))
         super().__init__([child], pa.schema(fields + self.acc.out_fields))
+        # the window (or watermarked time key) keeps its watermark: a chained operator downstream
+        # (F.window_time(window), a join on the window) is event-time based (Spark 3.5+)
         self.event_time_cols = {}
+        if self.window is not None and self.window.column in wm:
+            self.event_time_cols[self.window.name] = wm[self.window.column]
+        elif self.time_key is not None:
+            self.event_time_cols[self.time_key] = wm[self.time_key]
         self.key_columns = [k.name if isinstance(k, WindowSpec) else k for k in keys]
 
     # -- description -------------------------------------------------------------------------

@@ -50,8 +50,8 @@ from ..plan.compiler import register
 from ..sql import quote_ident, run_sql
 from . import join_state as js
 from .base import BatchContext, PhysicalOp
-from .join_condition import (JoinSpec, Side, analyse, not_null_columns, one_sided_terms, select_list,
-                             unqualify)
+from .join_condition import (JoinSpec, Side, analyse, event_time_us_sql, not_null_columns, one_sided_terms,
+                             select_list, unqualify)
 
 log = logging.getLogger("increments.join")
 OUTER_LEFT = ("left_outer", "full_outer")
@@ -312,7 +312,8 @@ class StreamStreamJoinOp(PhysicalOp):
         cols = (self.ls if side == "left" else self.rs).watermarked
         if not cols or table.num_rows == 0:
             return table, 0
-        cond = " OR ".join(f"coalesce(epoch_us({quote_ident(c)}) <= {int(late_ms) * 1000}, false)" for c in cols)
+        schema = (self.ls if side == "left" else self.rs).schema
+        cond = " OR ".join(f"coalesce({event_time_us_sql(c, schema)} <= {int(late_ms) * 1000}, false)" for c in cols)
         kept = run_sql(f"SELECT * FROM __e WHERE NOT ({cond})", {"__e": table}).cast(table.schema)
         return kept, table.num_rows - kept.num_rows
 
@@ -322,7 +323,7 @@ class StreamStreamJoinOp(PhysicalOp):
         exprs = self.spec.left_keys if side == "left" else self.spec.right_keys
         ktext = "concat_ws(chr(31), " + ", ".join(f"coalesce(CAST(({e}) AS VARCHAR), chr(0))" for e in exprs) + ")"
         tcol = self.offsets.get(side, (None,))[0]
-        t = f"epoch_us({quote_ident(tcol)})" if tcol else "NULL::BIGINT"
+        t = event_time_us_sql(tcol, s.schema) if tcol else "NULL::BIGINT"
         alias = f" AS {quote_ident(s.alias)}" if s.alias else ""
         out = run_sql(f"SELECT {ktext} AS k, CAST(md5_number({ktext}) % {partitions} AS BIGINT) AS p, {t} AS t "
                       f"FROM __e{alias}", {"__e": table})

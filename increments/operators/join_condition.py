@@ -254,6 +254,7 @@ def analyse(on: Any, how: str, left: Side, right: Side, require_equality: bool =
             _add_bound(spec, a, op, b, left, right)
         if not is_key:
             spec.other_terms.append(term)
+    _key_watermarks(spec, left, right)
     if not spec.left_keys and require_equality:
         raise AnalysisException(f"join: the condition {on!r} has no equality between a left and a right column "
                                 "(e.g. \"l.ad_id = r.ad_id\"); a streaming join needs one")
@@ -275,6 +276,32 @@ def _add_bound(spec: JoinSpec, a: str, op: str, b: str, left: Side, right: Side)
         _offset(spec, "right", tb[0], -d + adj)
 
 
+_KEY_REF = re.compile(r'(?:(?:"(?:[^"]|"")+"|\w+)\.)?(?:"((?:[^"]|"")+)"|(\w+))')
+
+
+def _key_watermarks(spec: JoinSpec, left: Side, right: Side) -> None:
+    """A watermarked column among the equality keys of both sides (e.g. the `window` of two windowed
+    aggregations): Spark's key state watermark. Rows (keys) with event time <= W are evicted (offset
+    0; a window's event time is its end), and it takes precedence over a bound's."""
+    for a, b in zip(spec.left_keys, spec.right_keys):
+        ma, mb = _KEY_REF.fullmatch(a.strip()), _KEY_REF.fullmatch(b.strip())
+        if not (ma and mb):
+            continue
+        ca, cb = (ma.group(1) or ma.group(2)).replace('""', '"'), (mb.group(1) or mb.group(2)).replace('""', '"')
+        if ca in left.watermarked and cb in right.watermarked:
+            spec.state_offsets["left"] = (ca, 0)
+            spec.state_offsets["right"] = (cb, 0)
+            return
+
+
+def event_time_us_sql(col: str, schema: pa.Schema) -> str:
+    """SQL for a column's event time in µs: a window struct's is its end (Spark: window.end)."""
+    ref = quote_ident(col)
+    if pa.types.is_struct(schema.field(col).type):
+        ref = f"struct_extract({ref}, 'end')"
+    return f"epoch_us({ref})"
+
+
 def _offset(spec: JoinSpec, side: str, col: str, off: int) -> None:
     cur = spec.state_offsets.get(side)
     if cur is None or off > cur[1]:
@@ -288,6 +315,7 @@ def _analyse_columns(cols: list[str], how: str, left: Side, right: Side, la: str
                 raise AnalysisException(f"join: key column {c!r} is not on the {name} side (columns: {side.schema.names})")
     cond = " AND ".join(f"{quote_ident(la)}.{quote_ident(c)} = {quote_ident(ra)}.{quote_ident(c)}" for c in cols)
     spec = JoinSpec(cond, la, ra, [quote_ident(c) for c in cols], [quote_ident(c) for c in cols], [], [], using=True)
+    _key_watermarks(spec, left, right)
     _outputs(spec, how, left, right, keys=cols)
     return spec
 

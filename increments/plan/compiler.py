@@ -32,7 +32,7 @@ def register(node_type: type):
 
 def _load_operator_modules() -> None:
     import importlib
-    for mod in ("aggregate", "dedup", "join", "transform_with_state"):
+    for mod in ("aggregate", "dedup", "join", "union", "transform_with_state"):
         try:
             importlib.import_module(f"increments.operators.{mod}")
         except ModuleNotFoundError as e:
@@ -138,7 +138,7 @@ class Compiler:
             stages, labels, base = [stage], [label], child
         op = SqlOp(base, stages, pa.schema([]), labels)
         op.schema = _empty_schema(op.sql, base.schema, label)
-        op.event_time_cols = {k: v for k, v in base.event_time_cols.items() if k in op.schema.names}
+        op.event_time_cols = _derived_event_time_cols(node, child.event_time_cols, op.schema.names)
         if quals and isinstance(node, (n.Filter, n.WithColumn)):  # columns kept: so are their qualifiers
             op.qualifiers = quals  # type: ignore[attr-defined]
             if getattr(child, "alias", None):
@@ -208,6 +208,30 @@ def _stage(node: n.Node, schema: pa.Schema):
     raise AssertionError(node)
 
 
+def _derived_event_time_cols(node: n.Node, cols: dict, names: list[str]) -> dict:
+    """Event-time columns after a stateless stage: kept by name; a plain reference to one or
+    F.window_time(<window>) of one, named by with_column or `AS`, is one too (Spark keeps the
+    watermark metadata on both)."""
+    from ..functions import window_time_source
+    out = {k: v for k, v in cols.items() if k in names}
+    pairs = []
+    if isinstance(node, n.WithColumn):
+        pairs.append((node.name, node.expr))
+    elif isinstance(node, n.Select):
+        for e in node.exprs:
+            m = re.fullmatch(r"(.+?)\s+(?i:AS)\s+(\"(?:[^\"]|\"\")+\"|\w+)", e.strip(), flags=re.S)
+            if m:
+                pairs.append((m.group(2).strip('"').replace('""', '"'), m.group(1)))
+    for name, expr in pairs:
+        src = window_time_source(expr)
+        if src is None:
+            m = re.fullmatch(r'"?(\w+)"?', expr.strip())
+            src = m.group(1) if m else None
+        if src in cols and name in names:
+            out[name] = cols[src]
+    return out
+
+
 def _empty_schema(sql: str, input_schema: pa.Schema, label: str) -> pa.Schema:
     try:
         return run_sql(sql, {"__in": input_schema.empty_table()}).schema
@@ -231,7 +255,7 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
     if isinstance(node, n.Unary):
         import dataclasses
         return dataclasses.replace(node, child=push_filters_below_watermarks(node.child))
-    if isinstance(node, n.Join):
+    if isinstance(node, (n.Join, n.Union)):
         import dataclasses
         return dataclasses.replace(node, left=push_filters_below_watermarks(node.left),
                                    right=push_filters_below_watermarks(node.right))

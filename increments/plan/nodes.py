@@ -113,6 +113,20 @@ class Join(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Union(Node):
+    """UNION ALL of two frames: by position, or by name (`by_name`), the right side's missing
+    columns filled with NULL when `allow_missing_columns`. Each input keeps its own watermark."""
+    left: Node = None  # type: ignore[assignment]
+    right: Node = None  # type: ignore[assignment]
+    by_name: bool = False
+    allow_missing_columns: bool = False
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+
+@dataclass(frozen=True, eq=False)
 class TransformWithState(Unary):
     keys: tuple[str, ...] = ()
     processor: Any = None

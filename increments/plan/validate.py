@@ -6,7 +6,8 @@ Rules:
 - sort only after an aggregation in complete mode; limit only in complete mode;
 - append with an aggregation needs a watermark on the grouping's event-time column (a window
   over a watermarked column, or a watermarked plain key); the error names the fix;
-- at most one streaming aggregation per query;
+- several stateful operators (aggregations, stream-stream joins, dedup) may be chained in append
+  mode only, as in Spark 3.5+; in update and complete mode at most one streaming aggregation;
 - transform_with_state's own output mode must match the query's (append/update).
 Join-specific rules (watermarks and time bounds for outer joins) are checked by the join builder.
 """
@@ -24,9 +25,10 @@ def validate(root: n.Node, output_mode: str) -> None:
     if not n.is_streaming(root):
         raise AnalysisException("the query has no streaming source; use inc.read_stream.*(...)")
     aggs = [x for x in root.walk() if isinstance(x, n.Aggregate)]
-    if len(aggs) > 1:
-        raise AnalysisException("multiple streaming aggregations are not supported: aggregate once per query, "
-                                "or chain two queries through a sink")
+    if len(aggs) > 1 and output_mode != "append":
+        raise AnalysisException(f"multiple streaming aggregations are not supported in {output_mode} output mode: "
+                                "chain them in append mode (with watermarks), aggregate once per query, or chain "
+                                "two queries through a sink")
     if output_mode == "complete" and not aggs:
         raise AnalysisException("complete output mode is not supported when there are no streaming aggregations "
                                 "on streaming DataFrames; use append or update")
@@ -52,6 +54,8 @@ def _watermarked_columns(node: n.Node) -> set[str]:
 
 def _check_append_aggregation(agg: n.Aggregate) -> None:
     from ..functions import SessionWindowSpec, WindowSpec
+    if any(isinstance(x, (n.Aggregate, n.Join, n.Deduplicate, n.TransformWithState)) for x in agg.child.walk()):
+        return   # chained: the event-time column may come from the operator below (the builder checks it)
     marked = _watermarked_columns(agg.child)
     for k in agg.keys:
         col = k.column if isinstance(k, (WindowSpec, SessionWindowSpec)) else k
