@@ -25,7 +25,9 @@ An AvailableNow drain's target is the last name available when it starts (the ol
 of paths, is read as its last name); backlog() counts the files after the last name read.
 
 Reads: a local file is read in place; an object is fetched into a private local file
-(storage.private_dir(None, "fetch")), read by the same readers, and the copy deleted. A malformed
+(storage.private_dir(None, "fetch")), read by the same readers, and the copy deleted. A batch of
+many JSON files is copied, in order, into one such file and read in one scan (a tiny file costs a
+fraction of a scan of its own); such batches are not read ahead file by file. A malformed
 file fails the batch naming the file (its URL) and line; a file deleted after it was planned fails
 with DataLossError unless fail_on_data_loss=False, which skips it, counts it and reports it.
 """
@@ -194,8 +196,10 @@ class FileSource(Source):
         self._listed = (start + 1, entry["last"], rest) if rest else None
         # overlap decoding this batch's files (first) and the next batches' with the work between
         # plan and their read steps (sources/prefetch.py)
-        self._start_read_ahead([_key(f) for f in entry["files"]] + [o.name for o in upcoming
-                                                                     if o.name > entry["last"]])
+        # (a batch of many JSON files is read in one scan instead: not file by file ahead)
+        if not self._reads_together(len(entry["files"])):
+            ahead = [o.name for o in upcoming if o.name > entry["last"]]
+            self._start_read_ahead([_key(f) for f in entry["files"]] + (ahead if not self._reads_together(m) else []))
         return start + 1
 
     def prepare_available_now(self) -> None:
@@ -262,12 +266,15 @@ class FileSource(Source):
             return self.schema().empty_table()
         return pa.concat_tables(tables)
 
+    def _reads_together(self, n_files: int | None) -> bool:
+        return self.format == "json" and n_files is not None and n_files >= MULTI_FILE_SCAN_MIN
+
     def _read_together(self, keys: list[str], columns: list[str] | None) -> pa.Table | None:
         """Many JSON files, none read ahead: their lines copied, in order, into one private local
         file that is read in one scan (a tiny file costs a fraction of a scan of its own, and an
         object one GET, several at a time). None: read them one by one instead -- also when a
         file is gone or the scan fails, so that a missing or malformed file is named as usual."""
-        if self.format != "json" or len(keys) < MULTI_FILE_SCAN_MIN:
+        if not self._reads_together(len(keys)):
             return None
         pending = self._read_ahead.pending() if self._read_ahead is not None else set()
         if any(k in pending for k in keys):
