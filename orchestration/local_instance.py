@@ -51,7 +51,11 @@ class LocalDagster:
             out = open(os.path.join(logs, f"{name}.log"), "w")
             self.procs.append(subprocess.Popen(cmd, env=self.env, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
                                                start_new_session=True))
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()          # a failed start must not leave a daemon running the sensors
+            raise
         return self
 
     def wait_ready(self, timeout: float) -> None:

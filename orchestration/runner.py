@@ -106,9 +106,11 @@ def drain_has_more(rt: Any, drain: Any) -> bool:
 def pending_work(rt: Any, probe: bool = False) -> bool:
     """Is there a batch to run: a redo, new data, or time-based work (SEMANTICS.md rule 2)?
 
-    probe=False (sensors, no run owns the query): side-effect free, via each source's backlog();
-    a source that cannot tell counts as having data. probe=True (inside the run that owns the
-    query): asks each source for its latest offset, as the next plan would.
+    probe=False (sensors, no run owns the query): via each source's backlog(); a source that cannot
+    tell (backlog() is None, e.g. a Delta table) is asked for its latest offset, which for such
+    sources only reads (a Delta table's log), so a sensor does not launch a run that finds nothing
+    every interval. probe=True (inside the run that owns the query): asks each source for its
+    latest offset, as the next plan would.
     """
     from increments.execution import steps
     last_off = rt.log.latest_offsets()
@@ -123,7 +125,14 @@ def pending_work(rt: Any, probe: bool = False) -> bool:
                 return True
             continue
         backlog = src.backlog(s)
-        if backlog is None or any(isinstance(v, (int, float)) and v > 0 for v in backlog.values()):
+        if backlog is None:
+            try:
+                if src.has_new_data(s, src.latest_offset(s, True)):
+                    return True
+            except Exception:  # noqa: BLE001 - cannot tell: let a run find out
+                return True
+            continue
+        if any(isinstance(v, (int, float)) and v > 0 for v in backlog.values()):
             return True
     watermark = last_commit.next_watermark_ms if last_commit else 0
     return steps._time_based_work(rt, last_off, watermark, int(time.time() * 1000))

@@ -132,3 +132,25 @@ def test_sensor_skips_naming_the_error_while_the_upstream_table_is_missing(tmp_p
     with dg.DagsterInstance.ephemeral() as inst:
         res = sensor.evaluate_tick(dg.build_sensor_context(instance=inst))
     assert not res.run_requests and "cannot start yet" in res.skip_message and "bronze" in res.skip_message
+
+
+def test_sensor_requests_a_delta_source_batch_only_when_the_table_moved(tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    root = str(tmp_path)
+    bronze = os.path.join(root, "bronze")
+    write_deltalake(bronze, pa.table({"id": [1, 2]}))
+
+    def silver():
+        frame = inc.read_stream.delta(bronze)
+        return (frame.write_stream.format("parquet").checkpoint_location(os.path.join(root, "chk"))
+                .query_name("silver").trigger(processing_time="1 minute"))
+    defs = build_definitions([(silver, {"path": os.path.join(root, "silver")})], asset_root=root)
+    sensor, job = defs.get_sensor_def("silver_trigger"), defs.get_job_def("silver_batch")
+    with dg.DagsterInstance.ephemeral() as inst:
+        assert sensor.evaluate_tick(dg.build_sensor_context(instance=inst)).run_requests
+        assert inst.get_run_by_id(job.execute_in_process(instance=inst).run_id).tags["increments/outcome"] == "committed"
+        res = sensor.evaluate_tick(dg.build_sensor_context(instance=inst))
+        assert not res.run_requests and "no new data" in res.skip_message   # no idle run every interval
+        write_deltalake(bronze, pa.table({"id": [3]}), mode="append")
+        assert sensor.evaluate_tick(dg.build_sensor_context(instance=inst)).run_requests
