@@ -37,7 +37,7 @@ from .base import Source
 
 
 class DeltaSource(Source):
-    _per_query = {"_target": None, "_loc": None}
+    _per_query = {"_target": None, "_loc": None, "_dt": None}
 
     def __init__(self, path: str, max_files_per_trigger: int | None = None, ignore_changes: bool = False,
                  storage_options: dict[str, Any] | None = None, **options: Any):
@@ -47,6 +47,7 @@ class DeltaSource(Source):
         self.storage_options = dict(storage_options or {})
         storage.remember_secrets(self.storage_options)
         self._loc: Location | None = None
+        self._dt: Any = None          # the DeltaTable the plans follow (brought up to date incrementally)
         if max_files_per_trigger is not None and int(max_files_per_trigger) < 1:
             raise ValueError("max_files_per_trigger must be >= 1")
         self.max_files = int(max_files_per_trigger) if max_files_per_trigger else None
@@ -65,7 +66,7 @@ class DeltaSource(Source):
 
     def open(self, checkpoint: Any, index: int, query_name: str, storage_options: dict | None = None) -> None:
         super().open(checkpoint, index, query_name, storage_options)
-        self._loc = None
+        self._loc = self._dt = None
 
     def table(self):
         from deltalake import DeltaTable
@@ -94,7 +95,15 @@ class DeltaSource(Source):
         return {"version": 0, "index": 0}
 
     def _latest_version(self) -> int:
-        return self.table().version()
+        """The table's latest version: loaded once, then updated with the log entries after it."""
+        if self._dt is not None:
+            try:
+                self._dt.update_incremental()
+                return self._dt.version()
+            except Exception:  # noqa: BLE001 - e.g. the table was replaced: load it afresh
+                self._dt = None
+        self._dt = self.table()
+        return self._dt.version()
 
     def _commit_adds(self, version: int) -> list[dict]:
         if version in self._adds:
