@@ -3,8 +3,10 @@
 Contract:
 - Offsets are JSON values. `initial_offset()` is the start of batch 0 (exclusive).
 - `latest_offset(start, limited)` is called only in the plan step; it may persist the source's
-  own metadata for the offset it returns (the file source's seen-files entry), but only in a
-  way that a plan which never reached offsets[N] leaves nothing observable.
+  own metadata for the offset it returns (the file source's seen-files entry), create-only under
+  own_files(), never overwriting what is there: a plan that finds such metadata adopts it (it is
+  either the orphan of a plan that never reached offsets[N], which no batch referenced, or a
+  concurrent runner's, which may win the fence and must stay as it wrote it).
 - `read(start, end)` must return the same rows every time it is called with the same offsets
   (replay): that is what makes a redo of batch N exact. A source whose `reads_columns` is True
   also takes `columns=` (the only columns the query reads, plan.scan_columns) and may leave the
