@@ -57,6 +57,22 @@ def query(name, src):
         j = src["i"].alias("i").join(src["c"].alias("c"), F.expr(COND), "left_outer")
         return j.groupBy(W("imp_time", "30 minutes")).agg(F.count("*").alias("count"),
                                                         F.count("click_id").alias("clicks"))
+    if name == "join_agg_imp_time":
+        j = src["i"].alias("i").join(src["c"].alias("c"), F.expr(COND))
+        return j.groupBy(W("imp_time", "30 minutes")).agg(F.count("*").alias("count"), F.max("click_id").alias("last_click"))
+    if name == "agg_left_join":
+        ia = src["i"].groupBy(W("imp_time", "30 minutes"), "ad_id").agg(F.count("*").alias("imps"))
+        ca = src["c"].groupBy(W("click_time", "30 minutes"), "ad_id").agg(F.count("*").alias("clicks"))
+        return ia.join(ca, ["window", "ad_id"], "left_outer")
+    if name in ("window_of_window_struct",):
+        w1 = src["a"].groupBy(W("ts", "10 minutes"), "k").count()
+        return w1.groupBy(W("window", "30 minutes")).agg(F.sum("count").alias("total"))
+    if name == "window_of_windows_update":
+        w1 = src["a"].groupBy(W("ts", "10 minutes"), "k").count()
+        return w1.groupBy(W(F.window_time("window"), "30 minutes")).agg(F.sum("count").alias("total"))
+    if name == "union_dedup_agg":
+        u = src["a"].union(src["b"]).dropDuplicates(["k", "ts"])
+        return u.groupBy(W("ts", "10 minutes"), "k").count()
     if name == "agg_join":
         ia = src["i"].groupBy(W("imp_time", "30 minutes"), "ad_id").agg(F.count("*").alias("imps"))
         ca = src["c"].groupBy(W("click_time", "30 minutes"), "ad_id").agg(F.count("*").alias("clicks"))
@@ -92,7 +108,7 @@ def run(spark, name, sc, base):
     def fe(df, bid):
         out[bid] = sorted((tuple(norm(v) for v in r) for r in df.collect()), key=repr)
     try:
-        sq = (q.writeStream.outputMode("append").foreachBatch(fe)
+        sq = (q.writeStream.outputMode(sc.get("output_mode", "append")).foreachBatch(fe)
               .option("checkpointLocation", os.path.join(base, name, "chk")).trigger(availableNow=True).start())
         sq.awaitTermination()
         progress = sq.recentProgress
@@ -116,7 +132,7 @@ def main():
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    names = sys.argv[1:] or list(SCENARIOS)
+    names = [a for a in sys.argv[1:] if not a.startswith("-")] or list(SCENARIOS)
     res = {}
     with tempfile.TemporaryDirectory() as base:
         for name in names:

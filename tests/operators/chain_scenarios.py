@@ -44,6 +44,11 @@ CLICKS = rows(("click_id", "ad_id", "click_time"), [
     [("c4", 4, "11:55"), ("c5", 5, "10:40"), ("cL", 1, "09:40"), ("c6", 66, "10:45")],
     [("c7", 7, "14:10"), ("c10", 10, "12:50")],
 ])
+# i12 (11:05, batch 2) is stored by the join; c12 (11:55, batch 3) meets it: the pair's imp_time window
+# [11:00, 11:30) ends before the global watermark of batch 2 (11:50) but not before the join's output
+# watermark (11:50 - 1 h - 1 ms): Spark counts it (in the trailing batch) instead of dropping it as late
+IMPS2 = IMPS[:2] + [IMPS[2] + rows(("imp_id", "ad_id", "imp_time"), [[("i12", 12, "11:05")]])[0]] + IMPS[3:]
+CLICKS2 = CLICKS[:3] + [CLICKS[3] + rows(("click_id", "ad_id", "click_time"), [[("c12", 12, "11:55")]])[0]]
 IMP_SCHEMA = "imp_id STRING, ad_id BIGINT, imp_time TIMESTAMP"
 CLICK_SCHEMA = "click_id STRING, ad_id BIGINT, click_time TIMESTAMP"
 COND = "c.ad_id = i.ad_id AND c.click_time BETWEEN i.imp_time AND i.imp_time + INTERVAL 1 HOUR"
@@ -61,5 +66,13 @@ SCENARIOS = {
     "join_agg": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS), "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
     "left_join_agg": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS),
                                   "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
+    "join_agg_imp_time": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS2),
+                                      "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS2)}},
+    "agg_left_join": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS),
+                                  "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
+    "window_of_window_struct": {"sources": {"a": (KT, ("ts", "5 minutes"), CHAIN)}},
+    "union_dedup_agg": {"sources": {"a": (KT, ("ts", TEN), UNION_A), "b": (KT, ("ts", "30 minutes"), UNION_B)}},
+    # refused: two aggregations in update mode (Spark: only append mode chains stateful operators)
+    "window_of_windows_update": {"sources": {"a": (KT, ("ts", "5 minutes"), CHAIN)}, "output_mode": "update"},
     "agg_join": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS), "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
 }

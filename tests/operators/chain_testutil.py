@@ -43,6 +43,22 @@ def query(name: str, src: dict):
     if name == "left_join_agg":
         j = src["i"].alias("i").join(src["c"].alias("c"), COND, "left_outer")
         return j.group_by(W("imp_time", "30 minutes")).agg(F.count(), F.count("click_id").alias("clicks"))
+    if name == "join_agg_imp_time":
+        j = src["i"].alias("i").join(src["c"].alias("c"), COND)
+        return j.group_by(W("imp_time", "30 minutes")).agg(F.count(), F.max("click_id").alias("last_click"))
+    if name == "agg_left_join":
+        ia = src["i"].group_by(W("imp_time", "30 minutes"), "ad_id").agg(F.count().alias("imps"))
+        ca = src["c"].group_by(W("click_time", "30 minutes"), "ad_id").agg(F.count().alias("clicks"))
+        return ia.join(ca, ["window", "ad_id"], "left_outer")
+    if name in ("window_of_window_struct",):
+        w1 = src["a"].group_by(W("ts", "10 minutes"), "k").count()
+        return w1.group_by(W("window", "30 minutes")).agg(F.sum("count").alias("total"))
+    if name == "window_of_windows_update":
+        w1 = src["a"].group_by(W("ts", "10 minutes"), "k").count()
+        return w1.group_by(W(F.window_time("window"), "30 minutes")).agg(F.sum("count").alias("total"))
+    if name == "union_dedup_agg":
+        u = src["a"].union(src["b"]).drop_duplicates(["k", "ts"])
+        return u.group_by(W("ts", "10 minutes"), "k").count()
     if name == "agg_join":
         ia = src["i"].group_by(W("imp_time", "30 minutes"), "ad_id").agg(F.count().alias("imps"))
         ca = src["c"].group_by(W("click_time", "30 minutes"), "ad_id").agg(F.count().alias("clicks"))
@@ -64,7 +80,7 @@ def run(tmp, name: str, state_store: str = "memory"):
     """({batch id: sorted row tuples}, progress list) of the scenario through increments."""
     frame = query(name, sources(tmp, name))
     qname = "chain_" + uuid.uuid4().hex[:8]
-    w = (frame.write_stream.format("memory").query_name(qname).output_mode("append").trigger(available_now=True)
+    w = (frame.write_stream.format("memory").query_name(qname).output_mode(SCENARIOS[name].get("output_mode", "append")).trigger(available_now=True)
          .checkpoint_location(str(tmp / ("chk_" + qname))).option("state_store", state_store))
     for k, v in (SCENARIOS[name].get("options") or {}).items():
         w = w.option(k, v)
