@@ -397,6 +397,12 @@ class StatefulProcessor:
     def handle_expired_timer(self, key: tuple, timer_values: TimerValues, expired_timer_info: ExpiredTimerInfo):
         return None
 
+    def handle_initial_state(self, key: tuple, initial_state: dict, timer_values: TimerValues) -> None:
+        """With transform_with_state(..., initial_state=...): called in the query's first batch once per
+        initial-state row (a dict) of `key`, before the key's input rows; set the key's state (and
+        timers) here. Its return value is ignored (Spark 4: handleInitialState). Default: no-op."""
+        return None
+
     def close(self) -> None:
         """Called after a partition's work in each batch."""
 

@@ -143,6 +143,22 @@ def _frame_node(other: Any, what: str) -> n.Node:
     return other.node
 
 
+def _initial_state_node(value: Any, keys: tuple[str, ...]) -> tuple[n.Node, tuple[str, ...]]:
+    from .reader import as_static_node
+    init_keys = keys
+    if isinstance(value, GroupedFrame):
+        init_keys = tuple(k for k in value._keys if isinstance(k, str))
+        if len(init_keys) != len(value._keys) or len(init_keys) != len(keys):
+            raise ValueError(f"transform_with_state: initial_state is grouped by {value._keys!r}; group it by "
+                             f"{len(keys)} plain column(s), as the stream is grouped by {keys!r}")
+        value = value._frame
+    node = value.node if isinstance(value, StreamFrame) else as_static_node(value)
+    if n.is_streaming(node):
+        raise ValueError("transform_with_state: initial_state must be static (a pyarrow.Table, inc.read.delta/"
+                         "files(...) or a frame over one), not a stream")
+    return node, init_keys
+
+
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
@@ -181,12 +197,22 @@ class GroupedFrame:
         return self.agg(*(AggExpr("max", c) for c in cols))
 
     def transform_with_state(self, processor: Any, output_schema: Any, time_mode: str | None = None,
-                             output_mode: str = "append", **options: Any) -> StreamFrame:
+                             output_mode: str = "append", initial_state: Any = None, **options: Any) -> StreamFrame:
+        """Arbitrary stateful processing per key (Spark 4's transformWithState).
+
+        `initial_state`: per-key initial state, applied in the query's first batch (batch 0) only:
+        a pyarrow.Table, inc.read.delta/files(...), a static frame, or such a frame's group_by(keys)
+        (its keys matched to these by position; otherwise columns named like these keys). For each
+        of its rows the processor's handle_initial_state(key, row, timer_values) runs (before the
+        key's input rows, if any); a key may have several rows. A restart never re-applies it."""
         if time_mode not in (None, "none", "processing_time", "event_time", "processingtime", "eventtime"):
             raise ValueError(f"transform_with_state: time_mode={time_mode!r}; use None, 'processing_time' or 'event_time'")
         mode = {"none": None, "processingtime": "processing_time", "eventtime": "event_time"}.get(time_mode or "none", time_mode)
         keys = tuple(k for k in self._keys if isinstance(k, str))
         if len(keys) != len(self._keys):
             raise ValueError("transform_with_state: group by plain columns only")
+        init, init_keys = None, keys
+        if initial_state is not None:
+            init, init_keys = _initial_state_node(initial_state, keys)
         return StreamFrame(n.TransformWithState(self._frame.node, keys, processor, parse_schema(output_schema),
-                                                mode, output_mode, options))
+                                                mode, output_mode, options, init, init_keys))

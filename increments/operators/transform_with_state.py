@@ -6,6 +6,8 @@ Per batch N, for each state partition p (stores loaded at N-1, committed as N by
             rows with event_time <= W_{N-1} (late) and count them (other modes keep late rows)
     part  = rows of p (md5 of the key columns, as every stateful operator: state_util.partition_sql)
     proc  = shallow copy of the user's processor; proc.init(handle(store p, now, W_N))
+    batch 0 with initial_state (Spark 4): for each initial-state row of p, in table order,
+            proc.handle_initial_state(key, row, tv) (no output; state and timers of that key)
     for each grouping key of part (first-appearance order): proc.handle_input_rows(key, rows, tv)
     fire timers of p with expiry <= now (processing_time) or <= W_N (event_time), in (expiry, key)
             order, each deleted then handed to proc.handle_expired_timer(key, tv, info)
@@ -63,6 +65,8 @@ class TransformWithStateOp(PhysicalOp):
         self.input_event_time = next(iter(child.event_time_cols), None)
         self._next_timer: tuple[int, int | None] = (-1, None)   # (batch id, earliest processing-time timer)
         self.event_time_cols = {}                  # output rows carry no watermark (Spark resets it)
+        self.initial_state: PhysicalOp | None = None   # static op of initial-state rows (batch 0 only)
+        self.initial_keys: list[str] = []
 
     def describe(self) -> str:
         return (f"TransformWithState({type(self.processor).__name__}, keys={self.keys}, time_mode={self.time_mode}, "
@@ -89,6 +93,7 @@ class TransformWithStateOp(PhysicalOp):
         part_col = run_sql(f"SELECT {partition_sql([_q(k) for k in self.keys], len(stores))} AS __p FROM __in",
                            {"__in": table}).column("__p") if table.num_rows else pa.array([], pa.int32())
         parts = split_by_partition(table.append_column("__p", part_col), len(stores))
+        init_parts = self._initial_parts(ctx, len(stores))
         now = ctx.timestamp_ms
         wm = ctx.watermark_ms if self.time_mode is not None else -1    # Spark 4.3: W_N (0 without one)
         out = _Output(self.schema, ctx)
@@ -100,6 +105,8 @@ class TransformWithStateOp(PhysicalOp):
             proc = copy.copy(self.processor)
             proc.init(handle)
             tv = TimerValues(now if self.time_mode is not None else -1, wm)
+            if init_parts is not None:
+                self._initial_rows(proc, handle, init_parts[p], tv, ctx)
             self._input_rows(proc, handle, parts[p].drop_columns(["__p"]), tv, out, ctx)
             if self.time_mode is not None:
                 self._fire_timers(proc, handle, now if self.time_mode == "processing_time" else wm, tv, out, ctx)
@@ -133,6 +140,31 @@ class TransformWithStateOp(PhysicalOp):
             ctx.count_dropped(self, dropped)
             table = table.filter(pc.invert(late))
         return table
+
+    def _initial_parts(self, ctx: BatchContext, nparts: int) -> list[pa.Table] | None:
+        """Batch 0 only: the initial state's rows (key columns renamed and cast to the stream's),
+        split by state partition like the input rows."""
+        if self.initial_state is None or ctx.batch_id != 0:
+            return None
+        table = self.initial_state.execute(ctx)
+        child = self.children[0].schema
+        cols = {k: table.column(ik).cast(child.field(k).type) for k, ik in zip(self.keys, self.initial_keys)}
+        rest = [c for c in table.column_names if c not in self.initial_keys and c not in cols]
+        table = pa.table({**cols, **{c: table.column(c) for c in rest}})
+        part_col = run_sql(f"SELECT {partition_sql([_q(k) for k in self.keys], nparts)} AS __p FROM __in",
+                           {"__in": table}).column("__p") if table.num_rows else pa.array([], pa.int32())
+        return [t.drop_columns(["__p"]) for t in split_by_partition(table.append_column("__p", part_col), nparts)]
+
+    def _initial_rows(self, proc: Any, handle: StatefulProcessorHandle, part: pa.Table, tv: TimerValues,
+                      ctx: BatchContext) -> None:
+        fn = proc.handle_initial_state
+        for row in part.to_pylist():
+            key = tuple(row[k] for k in self.keys)
+            handle._key = key
+            try:
+                fn(key, row, tv)
+            except Exception as e:
+                raise _wrap(e, ctx.where(f"{type(proc).__name__}.handle_initial_state(key={key!r}) failed: {e}")) from e
 
     def _input_rows(self, proc: Any, handle: StatefulProcessorHandle, part: pa.Table, tv: TimerValues,
                     out: "_Output", ctx: BatchContext) -> None:
@@ -284,5 +316,16 @@ def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
         raise AnalysisException(f"transform_with_state: output_mode {node.output_mode!r}; use 'append' or 'update'")
     op = TransformWithStateOp(child, node.keys, node.processor, node.output_schema.to_arrow(), node.time_mode,
                               node.output_mode)
+    if node.initial_state is not None:
+        init = compiler.build(node.initial_state)   # static: not a child (no source, no pruning)
+        missing = [k for k in node.initial_state_keys if k not in init.schema.names]
+        if missing:
+            raise AnalysisException(f"transform_with_state: initial_state has no key columns {missing} (columns: "
+                                    f"{init.schema.names}); name them like the grouping keys {list(node.keys)} or "
+                                    "pass initial_state=frame.group_by(<its key columns>)")
+        if not callable(getattr(node.processor, "handle_initial_state", None)):
+            raise AnalysisException("transform_with_state: initial_state needs the processor to implement "
+                                    "handle_initial_state(key, initial_state_row, timer_values)")
+        op.initial_state, op.initial_keys = init, list(node.initial_state_keys)
     compiler.next_operator_id(op)
     return op

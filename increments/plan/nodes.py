@@ -134,6 +134,8 @@ class TransformWithState(Unary):
     time_mode: str | None = None
     output_mode: str = "append"
     options: dict = field(default_factory=dict)
+    initial_state: Any = None     # a static Node of per-key initial state rows, or None
+    initial_state_keys: tuple[str, ...] = ()   # its key columns, matched to `keys` by position
 
 
 STATEFUL = (Aggregate, Deduplicate, TransformWithState)
