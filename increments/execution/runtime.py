@@ -137,7 +137,8 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
     key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
-    sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns, storage_options))
+    sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns=key_columns,
+                          storage_options=storage_options))
     for i, src in enumerate(plan.sources):
         src.open(checkpoint, i, name, storage_options)
     state = StateManager(checkpoint, provider, partitions, changelog, opts.get("local_dir"))
