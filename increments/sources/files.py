@@ -190,15 +190,16 @@ class FileSource(Source):
         if not new:
             return start
         entry = self._log.write(start + 1, new)          # create-only; an existing entry is adopted
+        last = self._log.last(start + 1, self._rel)      # (an adopted entry of version 1 has no "last")
         # what the next plans may take from this listing: the names after the entry's last (an
         # adopted entry may end before or after this plan's own first m files)
-        rest = [o for o in listed if o.name > entry["last"]] if limited and m else []
-        self._listed = (start + 1, entry["last"], rest) if rest else None
+        rest = [o for o in listed if o.name > last] if limited and m else []
+        self._listed = (start + 1, last, rest) if rest else None
         # overlap decoding this batch's files (first) and the next batches' with the work between
         # plan and their read steps (sources/prefetch.py)
         # (a batch of many JSON files is read in one scan instead: not file by file ahead)
         if not self._reads_together(len(entry["files"])):
-            ahead = [o.name for o in upcoming if o.name > entry["last"]]
+            ahead = [o.name for o in upcoming if o.name > last]
             self._start_read_ahead([_key(f) for f in entry["files"]] + (ahead if not self._reads_together(m) else []))
         return start + 1
 

@@ -257,3 +257,21 @@ def test_file_urls_and_a_glob_on_the_local_disk(tmp_path):
     glob = _source(f"{url}/2024-*/*.json", str(tmp_path / "chk2"))
     assert glob.latest_offset(-1) == 0 and _ids(glob.read(-1, 0)) == [2]
     assert os.path.exists(tmp_path / "chk1" / "sources" / "0" / "0.json")
+
+
+def test_a_checkpoint_with_version_1_entries_continues_after_their_last_file(tmp_path):
+    """Entries written before this version list absolute paths and no last name: they are read as
+    they are, and the next entry starts after their last file (as named then: by base name)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    for k in range(4):
+        (d / f"f{k}.json").write_bytes(_json([k]))
+    chk = tmp_path / "chk" / "sources" / "0"
+    chk.mkdir(parents=True)
+    (chk / "0.json").write_text(json.dumps({"version": 1, "files": [str(d / "f0.json"), str(d / "f1.json")]}))
+    (chk / "1.json").write_text(json.dumps({"version": 1, "files": [str(d / "f2.json")]}))   # an orphan plan
+    src = _source(str(d), str(tmp_path / "chk"))
+    assert _ids(src.read(-1, 0)) == [0, 1]
+    assert src.latest_offset(0) == 1 and src.files_for(0, 1) == [str(d / "f2.json")]   # adopted
+    assert _ids(src.read(0, 1)) == [2]
+    assert src.latest_offset(1) == 2 and src.files_for(1, 2) == ["f3.json"]
