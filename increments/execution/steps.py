@@ -98,10 +98,22 @@ def _time_based_work(rt: QueryRuntime, last_off: OffsetsEntry | None, watermark:
 def _next_timers(rt: QueryRuntime, batch_id: int) -> dict[str, int | None]:
     """The operators' earliest processing-time timers after batch `batch_id`, from its commit row
     (commits[N].extra["next_timers"]: {operator id: ms or None})."""
-    if not any(hasattr(op, "next_timer_ms") for op in rt.plan.stateful_ops):
+    ops = [op for op in rt.plan.stateful_ops if hasattr(op, "next_timer_ms")]
+    if not ops:
         return {}
     c = rt.log.get_commit(batch_id)
-    return dict((c.extra.get("next_timers") or {}) if c else {})
+    if c is None:
+        return {}
+    if "next_timers" in c.extra:
+        return dict(c.extra["next_timers"] or {})
+    out = {}    # committed by an earlier release: it kept the timer in state/<op>/_next_timer.json
+    for op in ops:
+        try:
+            out[op.operator_id] = rt.state.checkpoint.read_json(f"state/{op.operator_id}/_next_timer.json") \
+                .get("next_processing_timer_ms")
+        except (FileNotFoundError, ValueError):
+            pass
+    return out
 
 
 def check_owner(rt: QueryRuntime, batch_id: int, step: str) -> None:
