@@ -184,10 +184,18 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
 
         def run():
             rt = _rt(spec, context)
+            done = rt.log.get_commit(batch["batch_id"])
+            if done is not None and (done.extra or {}).get("run_id") == context.run_id:
+                return None      # an earlier attempt of this step wrote commits[N], then failed
             plan = steps.load_plan(rt, batch["batch_id"])
             return (rt, plan, *steps.commit_batch(rt, plan))
         res = guarded(spec, context, "commit", batch["batch_id"], run)
         _tag(context, {OUTCOME_TAG: "committed"})
+        if res is None:
+            context.log.warning(f"batch {batch['batch_id']} was committed by an earlier attempt of this step; "
+                                "its lineage was not recorded")
+            runner.release_run(k, context.run_id)
+            return
         try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
             nxt = after_commit(spec, context, batch, *res)
         except Exception as e:  # noqa: BLE001

@@ -154,3 +154,24 @@ def test_sensor_requests_a_delta_source_batch_only_when_the_table_moved(tmp_path
         assert not res.run_requests and "no new data" in res.skip_message   # no idle run every interval
         write_deltalake(bronze, pa.table({"id": [3]}), mode="append")
         assert sensor.evaluate_tick(dg.build_sensor_context(instance=inst)).run_requests
+
+
+def test_commit_step_failing_after_commits_n_is_not_refused_on_retry(tmp_path, monkeypatch):
+    from increments.execution import steps
+    root = str(tmp_path)
+    write_files(root, "", 1)
+    real, calls = steps.commit_batch, []
+
+    def flaky(rt, plan):
+        out = real(rt, plan)
+        calls.append(plan.batch_id)
+        if len(calls) == 1:
+            raise OSError("lost the connection after commits[N] was written")
+        return out
+    monkeypatch.setattr(steps, "commit_batch", flaky)
+    defs = build_definitions([(_files_query(root, "flaky"), {"path": os.path.join(root, "lake"), "retry_delay_s": 0.05,
+                                                             "sensor_status": "stopped"})], asset_root=root)
+    inst = dg.DagsterInstance.ephemeral()
+    run = inst.get_run_by_id(defs.get_job_def("flaky_batch").execute_in_process(instance=inst).run_id)
+    assert (run.status, run.tags["increments/outcome"]) == (dg.DagsterRunStatus.SUCCESS, "committed")
+    assert calls == [0]
