@@ -73,6 +73,13 @@ def query(name, src):
     if name == "union_dedup_agg":
         u = src["a"].union(src["b"]).dropDuplicates(["k", "ts"])
         return u.groupBy(W("ts", "10 minutes"), "k").count()
+    if name == "session_then_window":
+        s1 = src["a"].groupBy(F.session_window("ts", "5 minutes"), "k").count()
+        return s1.groupBy(W(F.window_time("session_window"), "30 minutes")).agg(F.sum("count").alias("total"))
+    if name == "union_join":
+        clicks = src["c"].union(src["d"])
+        j = src["i"].alias("i").join(clicks.alias("c"), F.expr(COND))
+        return j.select("imp_id", "click_id", "click_time")
     if name == "agg_join":
         ia = src["i"].groupBy(W("imp_time", "30 minutes"), "ad_id").agg(F.count("*").alias("imps"))
         ca = src["c"].groupBy(W("click_time", "30 minutes"), "ad_id").agg(F.count("*").alias("clicks"))

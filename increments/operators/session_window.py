@@ -59,7 +59,8 @@ class SessionWindowOp(PhysicalOp):
         fields = [pa.field(k.name, pa.struct([pa.field("start", ts), pa.field("end", ts)]))
                   if isinstance(k, SessionWindowSpec) else cs.field(k) for k in keys]
         super().__init__([child], pa.schema(fields + self.acc.out_fields))
-        self.event_time_cols = {}
+        # the session window keeps its watermark for a chained operator downstream (Spark 3.5+)
+        self.event_time_cols = ({self.spec.name: child.event_time_cols[self.spec.column]} if self.watermarked else {})
         self.key_columns = [k.name if isinstance(k, SessionWindowSpec) else k for k in keys]
 
     def key_fields(self) -> list[tuple[str, str]]:

@@ -95,7 +95,7 @@ class TransformWithStateOp(PhysicalOp):
         parts = split_by_partition(table.append_column("__p", part_col), len(stores))
         init_parts = self._initial_parts(ctx, len(stores))
         now = ctx.timestamp_ms
-        wm = ctx.watermark_ms if self.time_mode is not None else -1    # Spark 4.3: W_N (0 without one)
+        wm = ctx.eviction_watermark(self) if self.time_mode is not None else -1   # Spark 4.3: W_N (0 without one)
         out = _Output(self.schema, ctx)
         metrics: dict[str, int] = {}
         rows = {"num_rows_total": 0, "num_rows_updated": 0, "num_rows_removed": 0}
@@ -134,7 +134,7 @@ class TransformWithStateOp(PhysicalOp):
         if col is None or table.num_rows == 0 or self.time_mode != "event_time":
             return table
         ms = pc.divide(table.column(col).cast(pa.int64()), 1000)
-        late = pc.fill_null(pc.less_equal(ms, ctx.late_watermark_ms), False)
+        late = pc.fill_null(pc.less_equal(ms, ctx.late_watermark(self)), False)
         dropped = pc.sum(late.cast(pa.int64())).as_py() or 0
         if dropped:
             ctx.count_dropped(self, dropped)

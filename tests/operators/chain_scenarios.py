@@ -74,5 +74,9 @@ SCENARIOS = {
     "union_dedup_agg": {"sources": {"a": (KT, ("ts", TEN), UNION_A), "b": (KT, ("ts", "30 minutes"), UNION_B)}},
     # refused: two aggregations in update mode (Spark: only append mode chains stateful operators)
     "window_of_windows_update": {"sources": {"a": (KT, ("ts", "5 minutes"), CHAIN)}, "output_mode": "update"},
+    "session_then_window": {"sources": {"a": (KT, ("ts", "5 minutes"), CHAIN)}},
+    "union_join": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS),
+                               "c": (CLICK_SCHEMA, ("click_time", TEN), [f[:1] for f in CLICKS]),
+                               "d": (CLICK_SCHEMA, ("click_time", "20 minutes"), [f[1:] for f in CLICKS])}},
     "agg_join": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS), "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
 }

@@ -59,6 +59,13 @@ def query(name: str, src: dict):
     if name == "union_dedup_agg":
         u = src["a"].union(src["b"]).drop_duplicates(["k", "ts"])
         return u.group_by(W("ts", "10 minutes"), "k").count()
+    if name == "session_then_window":
+        s1 = src["a"].group_by(F.session_window("ts", "5 minutes"), "k").count()
+        return s1.group_by(W(F.window_time("session_window"), "30 minutes")).agg(F.sum("count").alias("total"))
+    if name == "union_join":
+        clicks = src["c"].union(src["d"])
+        j = src["i"].alias("i").join(clicks.alias("c"), COND)
+        return j.select("imp_id", "click_id", "click_time")
     if name == "agg_join":
         ia = src["i"].group_by(W("imp_time", "30 minutes"), "ad_id").agg(F.count().alias("imps"))
         ca = src["c"].group_by(W("click_time", "30 minutes"), "ad_id").agg(F.count().alias("clicks"))
