@@ -27,7 +27,9 @@ of paths, is read as its last name); backlog() counts the files after the last n
 Reads: a local file is read in place; an object is fetched into a private local file
 (storage.private_dir(None, "fetch")), read by the same readers, and the copy deleted. A batch of
 many JSON files is copied, in order, into one such file and read in one scan (a tiny file costs a
-fraction of a scan of its own); such batches are not read ahead file by file. A malformed
+fraction of a scan of its own); such batches are not read ahead file by file. Smaller batches
+are read ahead by the local runner (sources/prefetch.py): an object's prefetched rows are used
+only if the object read had the size and etag its seen-files entry recorded. A malformed
 file fails the batch naming the file (its URL) and line; a file deleted after it was planned fails
 with DataLossError unless fail_on_data_loss=False, which skips it, counts it and reports it.
 """
@@ -64,7 +66,7 @@ MULTI_FILE_SCAN_MIN = 8
 
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
-                  "_ahead_columns": None, "_root": None, "_listed": None}
+                  "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
@@ -94,6 +96,7 @@ class FileSource(Source):
         self.read_metrics: dict[str, Any] = {}
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
+        self._known: dict[str, tuple] = {}    # key -> (size, etag) as listed, for the read-ahead
         self._root: Location | None = None
         #: (entry n, its last name, the rest of the listing after it) -- see the module doc
         self._listed: tuple[int, str, list[ObjectInfo]] | None = None
@@ -200,7 +203,9 @@ class FileSource(Source):
         # (a batch of many JSON files is read in one scan instead: not file by file ahead)
         if not self._reads_together(len(entry["files"])):
             ahead = [o.name for o in upcoming if o.name > last]
-            self._start_read_ahead([_key(f) for f in entry["files"]] + (ahead if not self._reads_together(m) else []))
+            ahead = ahead if not self._reads_together(m) else []
+            self._start_read_ahead([_key(f) for f in entry["files"]] + ahead,
+                                   [f for f in entry["files"] if isinstance(f, dict)] + upcoming)
         return start + 1
 
     def prepare_available_now(self) -> None:
@@ -298,7 +303,7 @@ class FileSource(Source):
         """Decode planned and upcoming files in the background, for a query that reads `columns`
         (None: all) -- the same columns its read step will ask for, or the read-ahead is unused."""
         if self._read_ahead is None:
-            self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES, stat=self._fingerprint)
+            self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES, stat=self._fingerprint, expected=self._listed_as)
         self._ahead_columns = columns if self.reads_columns else None
 
     def close(self) -> None:
@@ -306,8 +311,10 @@ class FileSource(Source):
             self._read_ahead.close()
             self._read_ahead = None
 
-    def _start_read_ahead(self, keys: list[str]) -> None:
+    def _start_read_ahead(self, keys: list[str], infos: list[Any] = ()) -> None:
         if self._read_ahead is not None and keys:
+            self._known = {(i["name"] if isinstance(i, dict) else i.name):
+                           ((i["size"], i["etag"]) if isinstance(i, dict) else (i.size, i.etag)) for i in infos}
             cols = self._ahead_columns
             self._read_ahead.start(keys, cols, lambda f: self._decode(f, cols))
 
@@ -322,7 +329,15 @@ class FileSource(Source):
                 return None
             return st.st_size, st.st_mtime_ns
         info = loc.head(name)
-        return None if info is None else (info.size, info.mtime_ms, info.etag)
+        return None if info is None else (info.size, info.etag)
+
+    def _listed_as(self, key: str) -> Any:
+        """The fingerprint a read-ahead result must have been read with: an object's size and etag
+        as its listing recorded them (no request); a local file's current one."""
+        known = self._known.get(key)
+        if known is not None and not self.root().is_local:
+            return known
+        return self._fingerprint(key)
 
     def _where(self, key: str) -> tuple[Location, str]:
         if os.path.isabs(key):        # a version-1 entry's absolute local path

@@ -1,8 +1,10 @@
 """Read-ahead of the files the next batch will most likely take, on a background thread.
 
 Contract: a prefetched result is only ever used in place of reading the same file with the same
-columns, and only if the file's fingerprint (`stat`: size and mtime of a local file; size, mtime
-and etag of an object) is the same when the result is used as when the read began; otherwise, or if the read-ahead failed, the caller reads the file itself (so errors
+columns, and only if the file's fingerprint when the read began (`stat`: size and mtime of a
+local file; size and etag of an object) equals its fingerprint when the result is used
+(`expected`, default `stat`; for an object the file source gives what its listing recorded, so
+taking a result costs no request); otherwise, or if the read-ahead failed, the caller reads the file itself (so errors
 are raised by the batch that owns the file, naming it, exactly as without read-ahead). It never
 changes which files a batch takes (that is the seen-files log's job): it only overlaps decoding
 the next file with processing and committing the current batch. At most READ_AHEAD_BATCHES
@@ -32,10 +34,12 @@ class ReadAhead:
     """Up to `workers` threads per source reading queued files in order (several files at once: a
     single file's decoder is mostly one thread)."""
 
-    def __init__(self, workers: int = 2, stat: Callable[[str], Any] = _os_stat) -> None:
+    def __init__(self, workers: int = 2, stat: Callable[[str], Any] = _os_stat,
+                 expected: Callable[[str], Any] | None = None) -> None:
         #: path -> (columns, the read: (fingerprint when the read began, result))
         self._pending: dict[str, tuple[tuple | None, Future]] = {}
         self._stat = stat
+        self._expected = expected or stat
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="increments-read-ahead")
 
@@ -69,7 +73,7 @@ class ReadAhead:
             stat, result = entry[1].result()
         except (Exception, CancelledError):  # noqa: BLE001 - the batch that owns the file reads it and raises
             return None
-        if stat is None or self._stat(path) != stat:
+        if stat is None or self._expected(path) != stat:
             return None
         return result
 

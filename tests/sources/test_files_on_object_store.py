@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -275,3 +276,33 @@ def test_a_checkpoint_with_version_1_entries_continues_after_their_last_file(tmp
     assert src.latest_offset(0) == 1 and src.files_for(0, 1) == [str(d / "f2.json")]   # adopted
     assert _ids(src.read(0, 1)) == [2]
     assert src.latest_offset(1) == 2 and src.files_for(1, 2) == ["f3.json"]
+
+
+def test_read_ahead_of_objects_is_used_and_dropped_when_the_object_changed(s3_bucket, fetch_dir):
+    """An object's read-ahead result is used only if the object read had the size and etag its
+    seen-files entry recorded (taking it costs no request)."""
+    inp = storage.location(f"{s3_bucket}/in")
+    for k in range(3):
+        inp.write_bytes(f"f{k}.json", _json([k]))
+    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", max_files_per_trigger=1)
+    src.enable_read_ahead()
+    taken = []
+    real_take = src._read_ahead.take
+
+    def take(path, columns):
+        out = real_take(path, columns)
+        taken.append((path, out is not None))
+        return out
+    src._read_ahead.take = take
+    try:
+        assert src.latest_offset(-1) == 0                   # queues f0 (this batch) and f1, f2 (next ones)
+        assert _ids(src.read(-1, 0)) == [0]
+        time.sleep(0.5)                                     # (f1's read-ahead is done)
+        inp.write_bytes("f1.json", _json([7]))              # replaced after its read-ahead
+        src._listed = None                                  # the next plan lists again (no reused listing)
+        assert src.latest_offset(0) == 1                    # entry 1 records f1's new etag
+        assert _ids(src.read(0, 1)) == [7]
+        assert src.latest_offset(1) == 2 and _ids(src.read(1, 2)) == [2]
+    finally:
+        src.close()
+    assert taken == [("f0.json", True), ("f1.json", False), ("f2.json", True)]
