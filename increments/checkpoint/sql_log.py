@@ -88,6 +88,14 @@ class MetadataLog:
             row = conn.execute(sa.select(t).where(t.c.query_id == self.query_id, t.c.batch_id == batch_id)).first()
         return self._decode(row) if row else None
 
+    def owner(self, batch_id: int) -> tuple[str, int] | None:
+        """(owner, attempt) of the entry for batch_id, or None (a light read for the fence)."""
+        t = self.table
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.c.owner, t.c.attempt)
+                               .where(t.c.query_id == self.query_id, t.c.batch_id == batch_id)).first()
+        return (row.owner, row.attempt) if row else None
+
     def latest(self) -> dict[str, Any] | None:
         t = self.table
         with self.engine.connect() as conn:

@@ -120,9 +120,9 @@ def check_owner(rt: QueryRuntime, batch_id: int, step: str) -> None:
     """The fence: ConcurrentRunError unless this runner (rt.run_id) still owns offsets[N]. (Another
     runner can only have committed N after claiming it, which makes it the owner.)"""
     from ..errors import ConcurrentRunError
-    entry = rt.log.get_offsets(batch_id)
-    if entry is None or entry.owner != rt.run_id:
-        owner = f"run {entry.owner} (attempt {entry.attempt})" if entry else "nobody"
+    owned = rt.log.offsets.owner(batch_id)
+    if owned is None or owned[0] != rt.run_id:
+        owner = f"run {owned[0]} (attempt {owned[1]})" if owned else "nobody"
         raise ConcurrentRunError(f"{rt.where(batch_id, step)}: offsets[{batch_id}] is owned by {owner}, not by run "
                                  f"{rt.run_id}; this run stops without touching state or the sink. Start only one "
                                  "runner per checkpoint.")
