@@ -36,6 +36,7 @@ def spark_schema(s: str) -> str:
 
 
 def query(name, src):
+    name = SCENARIOS[name].get("query", name)
     W = F.window
     if name in ("union_agg", "union_agg_max"):
         return src["a"].union(src["b"]).groupBy(W("ts", "10 minutes")).count()
@@ -80,6 +81,8 @@ def query(name, src):
         clicks = src["c"].union(src["d"])
         j = src["i"].alias("i").join(clicks.alias("c"), F.expr(COND))
         return j.select("imp_id", "click_id", "click_time")
+    if name == "join_only":
+        return src["i"].alias("i").join(src["c"].alias("c"), F.expr(COND)).select("imp_id", "click_id")
     if name == "agg_join":
         ia = src["i"].groupBy(W("imp_time", "30 minutes"), "ad_id").agg(F.count("*").alias("imps"))
         ca = src["c"].groupBy(W("click_time", "30 minutes"), "ad_id").agg(F.count("*").alias("clicks"))

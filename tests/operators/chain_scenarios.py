@@ -78,5 +78,13 @@ SCENARIOS = {
     "union_join": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS),
                                "c": (CLICK_SCHEMA, ("click_time", TEN), [f[:1] for f in CLICKS]),
                                "d": (CLICK_SCHEMA, ("click_time", "20 minutes"), [f[1:] for f in CLICKS])}},
+    # output modes other than append ("query": the query of another scenario)
+    "join_agg_update": {"query": "join_agg", "output_mode": "update",
+                        "sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS),
+                                    "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
+    "join_update": {"query": "join_only", "output_mode": "update",
+                    "sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS), "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
+    "dedup_agg_update": {"query": "dedup_agg", "output_mode": "update", "sources": {"a": (KT, ("ts", TEN), DEDUP)}},
+    "dedup_agg_complete": {"query": "dedup_agg", "output_mode": "complete", "sources": {"a": (KT, ("ts", TEN), DEDUP)}},
     "agg_join": {"sources": {"i": (IMP_SCHEMA, ("imp_time", TEN), IMPS), "c": (CLICK_SCHEMA, ("click_time", TEN), CLICKS)}},
 }

@@ -22,7 +22,8 @@ def sources(tmp, name: str) -> dict:
     return out
 
 
-def query(name: str, src: dict):
+def query(name, src):
+    name = SCENARIOS[name].get("query", name)
     W = F.window
     if name in ("union_agg", "union_agg_max"):
         return src["a"].union(src["b"]).group_by(W("ts", "10 minutes")).count()
@@ -66,6 +67,8 @@ def query(name: str, src: dict):
         clicks = src["c"].union(src["d"])
         j = src["i"].alias("i").join(clicks.alias("c"), COND)
         return j.select("imp_id", "click_id", "click_time")
+    if name == "join_only":
+        return src["i"].alias("i").join(src["c"].alias("c"), COND).select("imp_id", "click_id")
     if name == "agg_join":
         ia = src["i"].group_by(W("imp_time", "30 minutes"), "ad_id").agg(F.count().alias("imps"))
         ca = src["c"].group_by(W("click_time", "30 minutes"), "ad_id").agg(F.count().alias("clicks"))
