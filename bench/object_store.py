@@ -48,8 +48,11 @@ def counting(environ, start_response):
         start_response("200 OK", [("Content-Type", "application/json")])
         return [body]
     q = environ.get("QUERY_STRING", "")
+    if "list-type" in q:   # a listing: count it under its prefix
+        from urllib.parse import parse_qs
+        path = path.rstrip("/") + "/" + parse_qs(q).get("prefix", [""])[0] + "?list"
     with lock:
-        counts[(environ["REQUEST_METHOD"], path + ("?" + q.split("&")[0] if q else ""))] += 1
+        counts[(environ["REQUEST_METHOD"], path)] += 1
     return app(environ, start_response)
 srv = make_server("127.0.0.1", int(sys.argv[1]), counting, True, request_handler=MotoRequestHandler)
 print("ready", flush=True)
@@ -84,6 +87,8 @@ def take_counts(endpoint: str) -> list[tuple[str, str, int]]:
 def classify(path: str) -> str:
     """What a request touched, from its path (/bucket/key?query)."""
     key = path.split("/", 2)[2] if path.count("/") >= 2 else ""
+    if key.endswith("?list"):
+        return classify(path[:-5]).split(" (")[0] + " (LIST)"
     if key.startswith("input"):
         return "input files"
     if key.startswith("out"):
