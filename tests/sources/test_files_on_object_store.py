@@ -306,3 +306,13 @@ def test_read_ahead_of_objects_is_used_and_dropped_when_the_object_changed(s3_bu
     finally:
         src.close()
     assert taken == [("f0.json", True), ("f1.json", False), ("f2.json", True)]
+
+
+def test_the_newest_seen_files_entry_is_found_on_s3(s3_bucket, fetch_dir):
+    inp = storage.location(f"{s3_bucket}/in")
+    for k in range(12):
+        inp.write_bytes(f"f{k:02d}.json", _json([k]))
+    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", max_files_per_trigger=1)
+    for n in range(11):
+        assert src.latest_offset(n - 1) == n
+    assert src._log.newest() == 10                      # numerically, not by name ("9" > "10")
