@@ -119,6 +119,26 @@ class RemoteLocation(Location):
         except Exception as e:  # noqa: BLE001
             raise self._fail("reading", name, e) from None
 
+    def fetch_local(self, name: str, cache_dir: str) -> str:
+        """A local copy of the object under `cache_dir`, streamed in chunks (a multi-GB object is
+        never held in memory whole); the caller removes it."""
+        import os
+        import tempfile
+
+        import obstore
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix="fetch-", suffix="-" + os.path.basename(name))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in obstore.get(self._store, self._k(name)).stream(min_chunk_size=8 << 20):
+                    f.write(chunk)
+        except FileNotFoundError:
+            os.unlink(tmp)
+            raise FileNotFoundError(f"{self.join(name)} does not exist") from None
+        except Exception as e:  # noqa: BLE001
+            os.unlink(tmp)
+            raise self._fail("reading", name, e) from None
+        return tmp
+
     def write_bytes(self, name: str, data: bytes, *, create_only: bool = False) -> None:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
