@@ -117,7 +117,9 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
         storage.check_scheme(os.fspath(sink_path), "sink path")
     checkpoint = storage.location(checkpoint_url, storage_options)
     log_url = resolve_log_url(opts.get("log_url"), checkpoint)
-    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node))
+    # the sources get the query's storage_options before the plan is compiled: compiling asks a
+    # Delta source (or a Parquet file source without a schema) for its schema, on the store
+    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node, storage_options))
     provider = str(opts.get("state_store", "rocksdb")).lower()
     if provider not in ("rocksdb", "memory"):
         raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
@@ -148,14 +150,17 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     return rt
 
 
-def _with_own_sources(node: Any) -> Any:
+def _with_own_sources(node: Any, storage_options: dict[str, Any] | None = None) -> Any:
     """The logical plan with every source replaced by its for_query() copy: queries started from
-    one frame (one source, two sinks, as in Spark) must not share a checkpoint attachment."""
+    one frame (one source, two sinks, as in Spark) must not share a checkpoint attachment. Each
+    copy holds the query-level `storage_options` already (Source.open sets them again)."""
     import dataclasses
 
     from ..plan import nodes as n
     if isinstance(node, n.SourceNode):
-        return dataclasses.replace(node, source=node.source.for_query())
-    changes = {f.name: _with_own_sources(getattr(node, f.name)) for f in dataclasses.fields(node)
+        src = node.source.for_query()
+        src.query_storage_options = dict(storage_options or {})
+        return dataclasses.replace(node, source=src)
+    changes = {f.name: _with_own_sources(getattr(node, f.name), storage_options) for f in dataclasses.fields(node)
                if isinstance(getattr(node, f.name), n.Node)}
     return dataclasses.replace(node, **changes) if changes else node

@@ -221,8 +221,6 @@ def test_query_from_an_s3_delta_table_to_an_s3_delta_table(s3_bucket, pg_url, tm
     assert sorted(DeltaTable(dst_table).to_pyarrow_table().column("id").to_pylist()) == [1, 3, 4]
 
 
-@pytest.mark.xfail(reason="build_runtime compiles the plan (DeltaSource.schema()) before Source.open passes the "
-                          "query's storage_options; needs the engine to open sources first (reported)")
 def test_delta_source_schema_with_only_the_query_storage_options(s3_bucket, pg_url, tmp_path, monkeypatch,
                                                                 no_aws_env):
     monkeypatch.setenv("INCREMENTS_LOCAL_DIR", str(tmp_path / "local"))
