@@ -42,7 +42,15 @@ def _resolve(query: str, checkpoint: str | None, log_url: str | None,
     import importlib
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())   # registered queries live in the project (as in workspace.yaml)
-    mod = importlib.import_module(os.environ.get("INCREMENTS_QUERIES", "examples.queries"))
+    module = os.environ.get("INCREMENTS_QUERIES", "examples.queries")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise SystemExit(
+            f"increments: {query!r} is not a checkpoint directory, and the registered queries cannot be looked up: "
+            f"the module {module!r} does not import here ({e}). Run the command from the project directory, or "
+            "set INCREMENTS_QUERIES to your queries' module (and PYTHONPATH so that it imports), or pass the "
+            "checkpoint itself: `increments history <checkpoint path or URL> --log-url URL`.") from None
     fns = getattr(mod, "QUERIES", None) or [v for v in vars(mod).values()
                                             if callable(v) and hasattr(v, "__increments_query__")]
     for fn in fns:
