@@ -1,0 +1,314 @@
+"""The process step fanned out per state partition (runners that spread one batch over workers:
+Dagster's multiprocess, Kubernetes or Celery executors). No dagster import here.
+
+A batch of a plan with exactly one stateful operator S (an aggregation without sliding or session
+windows, or a deduplication), with only single-input stateless operators above it, runs as:
+
+    split (after read):   the stateless subtree below S over the staged inputs -> S's input rows;
+                          each row's state partition p = S's key -> partition function
+                          (state_util.partition_sql over the same key columns S hashes); the
+                          rows of each p are staged as slice_<p>; the subtree's batch metrics
+                          (event times, late/dead rows, static versions) as JSON "split"
+    partition p (one op each, in any process or machine; the fence is checked first):
+                          open only partition p of S's stores at N-1 (the token of commits[N-1]);
+                          run S and the operators above it on slice_<p>; commit p as version N;
+                          stage output_<p> and "process_<p>" (token of p, metrics)
+    join (after every partition succeeded):
+                          concatenate the outputs, merge the metrics and tokens
+                          ({operator: [token of partition 0, 1, ...]}); stage "output" and
+                          "process" exactly as steps.process_batch does, so write and commit are
+                          unchanged (commits[N] names every partition's token)
+
+A row hashed to p can only touch partition p's state: every other partition's store is a
+placeholder that refuses reads and writes of keys (a routing error fails the batch instead of
+reading or writing the wrong state). Chained stateful operators, joins, session and sliding
+windows and transform_with_state need rows or state of several partitions per input row:
+`fanout_reason` names why, and the runner keeps the one process step for them.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from ..operators.base import BatchContext, EventTimeStats, PhysicalOp
+from .state_manager import StateManager
+
+
+def stateful_op(plan: Any) -> PhysicalOp | None:
+    return plan.stateful_ops[0] if len(plan.stateful_ops) == 1 else None
+
+
+def fanout_reason(plan: Any) -> str | None:
+    """None when the process step can fan out per state partition, else why not (for messages)."""
+    from ..operators.aggregate import WindowAggregateOp
+    from ..operators.dedup import DeduplicateOp
+    if not plan.stateful_ops:
+        return "a stateless query has no state partitions (its process step runs in one op)"
+    if len(plan.stateful_ops) > 1:
+        return ("chained stateful operators: the second one's input depends on the first one's state, "
+                "of every partition")
+    s = plan.stateful_ops[0]
+    if isinstance(s, WindowAggregateOp):
+        if s.window is not None and s.window.size_ms != s.window.slide_ms:
+            return "a sliding window puts one input row into several state partitions"
+    elif not isinstance(s, DeduplicateOp):
+        return f"{s.operator_name or type(s).__name__}: its input rows cannot be routed to one partition up front"
+    node = plan.root
+    while node is not s:                       # above S: a chain of single-input operators
+        if len(node.children) != 1:
+            return f"{node.describe()} above the stateful operator has several inputs"
+        node = node.children[0]
+    return None
+
+
+def _partition_sql(s: PhysicalOp, n: int) -> tuple[str, str]:
+    """(SQL of each input row's state partition over relation __in, the FROM relation)."""
+    from ..operators.aggregate import WindowAggregateOp
+    from ..operators.state_util import partition_sql, q
+    if isinstance(s, WindowAggregateOp):
+        keys = [q(k) for k in s.store_plain]
+        if s.window is None:
+            return partition_sql(keys, n), "__in"
+        w = s.window
+        slide, off = w.slide_ms * 1000, w.start_ms * 1000
+        t = f"epoch_us({q(w.column)})"
+        ws = f"({t} - ((({t} - {off}) % {slide}) + {slide}) % {slide})"   # as WindowAggregateOp._partials
+        cols = ", ".join(dict.fromkeys(keys))
+        return partition_sql(["__ws"] + keys, n), f"(SELECT {cols + ', ' if cols else ''}{ws} AS __ws FROM __in)"
+    keys = ([q(s.event_col)] if s.time_in_key else []) + [q(c) for c in s.key_cols]   # DeduplicateOp
+    return partition_sql(keys, n), "__in"
+
+
+def partition_of_rows(s: PhysicalOp, table: pa.Table, n: int) -> pa.Array:
+    """The state partition (int32) of each of S's input rows."""
+    from ..sql import run_sql
+    if n <= 1 or table.num_rows == 0:
+        return pa.array([0] * table.num_rows, pa.int32())
+    expr, rel = _partition_sql(s, n)
+    out = run_sql(f"SELECT CAST({expr} AS INTEGER) AS __p FROM {rel}", {"__in": table})
+    return out.column(0).combine_chunks()
+
+
+def _context(rt: Any, e: Any, inputs: dict[int, pa.Table], state: Any) -> BatchContext:
+    return BatchContext(e.batch_id, e.watermark_ms, e.late_watermark_ms, e.timestamp_ms, inputs,
+                        query_name=rt.name, output_mode=rt.output_mode, state=state)
+
+
+def _ctx_metrics(ctx: BatchContext) -> dict[str, Any]:
+    return {"event_time": {k: vars(v) for k, v in ctx.event_time.items()},
+            "dropped_by_watermark": dict(ctx.dropped_by_watermark), "custom_metrics": ctx.custom_metrics,
+            "warnings": list(ctx.warnings), "dead_letters": dict(ctx.dead_letters),
+            "static_versions": dict(ctx.static_versions)}
+
+
+def split_batch(rt: Any, plan: Any) -> dict[str, Any]:
+    """Run the stateless subtree below S; stage S's input rows per partition (see module doc)."""
+    from ..operators.state_util import split_by_partition
+    t0 = time.perf_counter()
+    e = plan.entry
+    s = stateful_op(rt.plan)
+    n = rt.state.partitions
+    inputs = {i: rt.staging.get_table(e.batch_id, f"input_{i}") for i in range(len(rt.sources))}
+    ctx = _context(rt, e, inputs, rt.state)
+    rows = s.children[0].execute(ctx)
+    ids = partition_of_rows(s, rows, n)
+    slices = split_by_partition(rows.append_column("__p", ids), n) if rows.num_rows else [rows] * n
+    counts = []
+    for p, part in enumerate(slices):
+        if "__p" in part.column_names:
+            part = part.drop_columns(["__p"])
+        rt.staging.put_table(e.batch_id, f"slice_{p}", part)
+        counts.append(part.num_rows)
+    info = {"partitions": n, "rows": counts, "split_ms": int((time.perf_counter() - t0) * 1000), **_ctx_metrics(ctx)}
+    rt.staging.put_json(e.batch_id, "split", info)
+    return info
+
+
+class _Slice(PhysicalOp):
+    """The leaf that hands a partition's staged rows to S in place of its stateless subtree."""
+
+    def __init__(self, like: PhysicalOp, table: pa.Table):
+        super().__init__([], like.schema)
+        self.event_time_cols = dict(like.event_time_cols)
+        self.table = table
+
+    def execute(self, ctx: BatchContext) -> pa.Table:
+        return self.table
+
+
+class _Elsewhere:
+    """Another partition's store, in a partition op: empty, and any keyed access is a routing error."""
+    token = None
+
+    def __init__(self, operator: str, partition: int, owner: int):
+        self.operator, self.partition, self.owner = operator, partition, owner
+
+    def _refuse(self, *_a: Any, **_k: Any) -> Any:
+        raise RuntimeError(f"state of operator {self.operator} partition {self.partition} touched by the op of "
+                           f"partition {self.owner}: a row was routed to the wrong partition")
+
+    get = put = delete = _refuse
+
+    def multi_get(self, keys: list) -> list:
+        return self._refuse() if keys else []
+
+    def range_scan(self, start: Any, end: Any):
+        return iter(())
+
+    def prefix_scan(self, prefix: bytes):
+        return iter(())
+
+    def iter_all(self):
+        return iter(())
+
+    def delete_range(self, start: Any, end: Any) -> int:
+        return 0
+
+    def commit(self, version: int) -> int:
+        return version
+
+    def metrics(self) -> Any:
+        from state.base import StateMetrics
+        return StateMetrics()
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class PartitionStateManager(StateManager):
+    """A StateManager that opens only partition `partition` of every operator's stores."""
+
+    def __init__(self, base: StateManager, partition: int):
+        super().__init__(base.checkpoint, base.provider_name, base.partitions, base.changelog, base.local_dir)
+        self.partition = partition
+        self._base_manager = base
+
+    @property
+    def provider(self):
+        return self._base_manager.provider        # one provider per process; closed with the runtime
+
+    def stores_for(self, operator_id: str, batch_id: int) -> list[Any]:
+        stores = self._open.get(operator_id)
+        if stores is None:
+            p, v = self.partition, batch_id - 1
+            real = self.provider.open(operator_id, p, v, self._token(operator_id, p, v))
+            stores = [real if i == p else _Elsewhere(operator_id, i, p) for i in range(self.partitions)]
+            self._open[operator_id] = stores
+        return stores
+
+    def close(self) -> None:
+        self.abort_all()
+
+
+def process_partition(rt: Any, plan: Any, p: int) -> dict[str, Any]:
+    """Partition p of batch N: S and the operators above it on slice_<p>; state p committed as N."""
+    from .steps import _base_tokens, _state_progress, check_owner
+    t0 = time.perf_counter()
+    e = plan.entry
+    check_owner(rt, e.batch_id, f"process (partition {p})")
+    s = stateful_op(rt.plan)
+    state = PartitionStateManager(rt.state, p)
+    state.begin(e.batch_id, _base_tokens(rt, e.batch_id))
+    ctx = _context(rt, e, {}, state)
+    child = s.children
+    s.children = [_Slice(child[0], rt.staging.get_table(e.batch_id, f"slice_{p}"))]
+    try:
+        output = rt.plan.root.execute(ctx)
+        metrics = state.metrics(s.operator_id)
+        ops = [_state_progress(_View(rt, state), op, ctx) for op in rt.plan.stateful_ops]
+        versions = state.commit_all(e.batch_id)
+        tokens = state.tokens()
+    except BaseException:
+        state.abort_all()
+        raise
+    finally:
+        s.children = child
+    state.release()
+    if output.schema != rt.plan.output_schema and output.num_rows == 0:
+        output = rt.plan.output_schema.empty_table()
+    rt.staging.put_table(e.batch_id, f"output_{p}", output)
+    info = {"partition": p, "state_versions": versions, "state_tokens": tokens, "state_operators": ops,
+            "num_input_rows": _slice_rows(s), "num_output_rows": output.num_rows,
+            "num_state_rows": metrics["num_rows_total"], "process_ms": int((time.perf_counter() - t0) * 1000),
+            **_ctx_metrics(ctx)}
+    rt.staging.put_json(e.batch_id, f"process_{p}", info)
+    return info
+
+
+def _slice_rows(s: PhysicalOp) -> int:
+    return s.children[0].table.num_rows if isinstance(s.children[0], _Slice) else 0
+
+
+class _View:
+    """What steps._state_progress reads of a runtime, with this partition's state manager."""
+
+    def __init__(self, rt: Any, state: StateManager):
+        self.state = state
+
+
+def join_partitions(rt: Any, plan: Any) -> dict[str, Any]:
+    """After every partition op: stage "output" and "process" as steps.process_batch would."""
+    e = plan.entry
+    split = rt.staging.get_json(e.batch_id, "split")
+    n = int(split["partitions"])
+    parts = [rt.staging.get_json(e.batch_id, f"process_{p}") for p in range(n)]
+    missing = [p for p, info in enumerate(parts) if info is None]
+    if missing:
+        raise RuntimeError(f"{rt.where(e.batch_id)}: partitions {missing} have staged no result")
+    outputs = [rt.staging.get_table(e.batch_id, f"output_{p}") for p in range(n)]
+    outputs = [o for o in outputs if o.num_rows] or [rt.plan.output_schema.empty_table()]
+    rt.staging.put_table(e.batch_id, "output", pa.concat_tables(outputs, promote_options="default"))
+    merged = _merge([split] + parts)
+    tokens: dict[str, list] = {}
+    for info in parts:
+        for op_id, ts in info["state_tokens"].items():
+            cur = tokens.setdefault(op_id, [None] * n)
+            cur[info["partition"]] = ts[info["partition"]]
+    info = {
+        "event_time": merged["event_time"], "state_versions": parts[0]["state_versions"], "state_tokens": tokens,
+        "next_timers": {}, "state_operators": _merge_operators([p["state_operators"] for p in parts], merged),
+        "warnings": merged["warnings"], "dead_letters": merged["dead_letters"],
+        "static_versions": merged["static_versions"],
+        "process_ms": split.get("split_ms", 0) + max(p["process_ms"] for p in parts),
+        "partitions": [{k: p[k] for k in ("partition", "num_input_rows", "num_output_rows", "num_state_rows",
+                                          "process_ms")} for p in parts],
+    }
+    rt.staging.put_json(e.batch_id, "process", info)
+    rt.emit("on_batch_step", e.batch_id, "process")
+    return info
+
+
+def _merge(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """Batch metrics of the split and every partition, as one process step would have counted them."""
+    event_time: dict[str, EventTimeStats] = {}
+    out: dict[str, Any] = {"dropped_by_watermark": {}, "dead_letters": {}, "static_versions": {}, "warnings": []}
+    for info in infos:
+        for k, v in info.get("event_time", {}).items():
+            st = event_time.setdefault(k, EventTimeStats())
+            if v.get("count"):
+                st.add(v["min_ms"], v["max_ms"], v["sum_ms"], v["count"])
+        for key in ("dropped_by_watermark", "dead_letters"):
+            for k, v in info.get(key, {}).items():
+                out[key][k] = out[key].get(k, 0) + int(v)
+        out["static_versions"].update(info.get("static_versions", {}))
+        out["warnings"] += [w for w in info.get("warnings", []) if w not in out["warnings"]]
+    out["event_time"] = {k: vars(v) for k, v in event_time.items()}
+    return out
+
+
+def _merge_operators(per_partition: list[list[dict[str, Any]]], merged: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each operator's state metrics summed over partitions (numbers summed, the rest as reported)."""
+    out: list[dict[str, Any]] = []
+    for i, first in enumerate(per_partition[0]):
+        op = dict(first)
+        for k, v in first.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "num_partitions":
+                op[k] = sum(ops[i].get(k, 0) for ops in per_partition)
+        op["num_rows_dropped_by_watermark"] = merged["dropped_by_watermark"].get(op["operator_id"], 0)
+        out.append(op)
+    return out

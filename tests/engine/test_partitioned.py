@@ -1,0 +1,137 @@
+"""The process step fanned out per state partition (execution/partitioned.py), each step and each
+partition in its own runtime, as Dagster ops on separate workers run them: the output and the
+committed state equal the local runner's (windowed aggregation, global-key aggregation in update
+mode, dedup); plans that cannot fan out say why."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import pytest
+
+import increments as inc
+from increments import functions as F
+from increments import storage
+from increments.execution import partitioned, steps
+
+PARTS = 3
+
+
+def _put_inputs(url: str) -> None:
+    loc = storage.location(url)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    for f in range(5):
+        lines = [json.dumps({"campaign_id": f"c{i % 5}", "user_id": f"u{(i * 7 + f) % 9}",
+                             "event_time": (t0 + dt.timedelta(minutes=f * 12 + i)).isoformat().replace("+00:00", "Z")})
+                 for i in range(12)]
+        loc.write_bytes(f"clicks-{f:03d}.json", ("\n".join(lines) + "\n").encode())
+
+
+def _frame(input_url: str, kind: str):
+    f = inc.read_stream.files(input_url, "json", "campaign_id STRING, user_id STRING, event_time TIMESTAMP",
+                              max_files_per_trigger=1)
+    if kind == "window":
+        return f.with_watermark("event_time", "5 minutes").group_by(
+            F.window("event_time", "10 minutes"), "campaign_id").count(), "append"
+    if kind == "update":
+        return f.filter("campaign_id <> 'c4'").group_by("campaign_id").count(), "update"
+    if kind == "dedup":
+        return f.drop_duplicates(["user_id"]), "append"
+    raise ValueError(kind)
+
+
+def _writer(input_url: str, checkpoint: str, kind: str, out: dict, log_url: str | None = None):
+    def collect(table, batch_id):
+        out[batch_id] = sorted(json.dumps(r, default=str, sort_keys=True) for r in table.to_pylist())
+    frame, mode = _frame(input_url, kind)
+    w = (frame.write_stream.foreach_batch(collect).output_mode(mode).checkpoint_location(checkpoint)
+         .query_name(f"fan_{kind}").option("state_partitions", PARTS).trigger(available_now=True))
+    return w.option("log_url", log_url) if log_url else w
+
+
+def _runtime(writer, run_id):
+    rt = writer.build(staging="disk")
+    rt.run_id = run_id
+    return rt
+
+
+def _run_fanned_out(writer) -> int:
+    batches = 0
+    while True:
+        run_id = uuid.uuid4().hex
+        rt = _runtime(writer, run_id)
+        assert partitioned.fanout_reason(rt.plan) is None
+        plan = steps.plan_batch(rt)
+        if plan is None:
+            rt.close()
+            return batches
+        rt.staging.put_json(plan.batch_id, "plan", plan.durations_ms)
+        rt.close()
+        n = plan.batch_id
+        rt = _runtime(writer, run_id)
+        steps.read_batch(rt, steps.load_plan(rt, n))
+        partitioned.split_batch(rt, steps.load_plan(rt, n))
+        rt.close()
+        for p in reversed(range(PARTS)):                     # any order, each in its own runtime
+            rt = _runtime(writer, run_id)
+            partitioned.process_partition(rt, steps.load_plan(rt, n), p)
+            rt.close()
+        for fn in (partitioned.join_partitions, steps.write_batch):
+            rt = _runtime(writer, run_id)
+            fn(rt, steps.load_plan(rt, n))
+            rt.close()
+        rt = _runtime(writer, run_id)
+        entry, _ = steps.commit_batch(rt, steps.load_plan(rt, n))
+        tokens = entry.extra["state_tokens"]
+        assert tokens and all(len(ts) == PARTS and all(ts) for ts in tokens.values())
+        rt.close()
+        batches += 1
+
+
+@pytest.mark.parametrize("kind", ["window", "update", "dedup"])
+def test_fanned_out_batches_match_the_local_runner(tmp_path, kind):
+    input_url = str(tmp_path / "in")
+    _put_inputs(input_url)
+    expected: dict = {}
+    ref = _writer(input_url, str(tmp_path / "ref"), kind, expected).start()
+    ref.await_termination()
+    ref_state = [r["num_rows_total"] for r in ref.last_progress["state_operators"]]
+    got: dict = {}
+    writer = _writer(input_url, str(tmp_path / "chk"), kind, got)
+    assert _run_fanned_out(writer) == len(expected)
+    assert got == expected
+    # the fanned-out checkpoint goes on with the local runner: its state is the whole state
+    q = writer.start()
+    q.await_termination()
+    assert q.last_progress is None or [r["num_rows_total"] for r in q.last_progress["state_operators"]] == ref_state
+
+
+def test_fanout_on_s3_with_postgres_log(tmp_path, s3_bucket, pg_url):
+    input_url, chk = f"{s3_bucket}/in", f"{s3_bucket}/chk"
+    _put_inputs(input_url)
+    expected: dict = {}
+    _writer(input_url, str(tmp_path / "ref"), "window", expected).start().await_termination()
+    got: dict = {}
+    assert _run_fanned_out(_writer(input_url, chk, "window", got, pg_url)) == len(expected)
+    assert got == expected
+
+
+def test_plans_that_cannot_fan_out_say_why(tmp_path):
+    f = inc.read_stream.files(str(tmp_path), "json", "k STRING, event_time TIMESTAMP")
+
+    def reason(frame, mode="append"):
+        rt = frame.write_stream.format("memory").output_mode(mode).query_name(f"r{uuid.uuid4().hex[:6]}") \
+            .checkpoint_location(str(tmp_path / uuid.uuid4().hex)).build()
+        try:
+            return partitioned.fanout_reason(rt.plan)
+        finally:
+            rt.close()
+    wm = f.with_watermark("event_time", "1 minute")
+    assert "stateless" in reason(f.filter("k <> 'x'"))
+    assert "sliding" in reason(wm.group_by(F.window("event_time", "10 minutes", "5 minutes"), "k").count())
+    assert "chained" in reason(wm.drop_duplicates(["k", "event_time"]).group_by(
+        F.window("event_time", "10 minutes"), "k").count())
+    g = inc.read_stream.files(str(tmp_path), "json", "k STRING, t2 TIMESTAMP").with_watermark("t2", "1 minute")
+    assert reason(wm.join(g, on="k")) is not None
+    assert reason(wm.group_by(F.window("event_time", "10 minutes"), "k").count()) is None
