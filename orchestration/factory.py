@@ -5,7 +5,12 @@ A registered query is a function returning an increments DataStreamWriter, not s
 For each one `query_definitions` builds:
 - job `<q>_batch`: plan -> read -> process -> write -> commit (one run = one micro-batch), tagged
   increments/query=<q> so the run queue's tag limit keeps one run of the query in flight;
-  in-process executor, run retries on (tag dagster/max_retries).
+  run retries on (tag dagster/max_retries); executor per query (`executor=`: "in_process" by
+  default, "multiprocess", or a Dagster ExecutorDefinition such as dagster_k8s.k8s_job_executor).
+  With another executor than in_process (or fanout=True), a query with one stateful operator
+  fans its process step out per state partition
+  (read -> partition[p] for each p -> join; execution/partitioned.py), so the executor spreads a
+  batch over processes or machines; other plans keep one process op (its description says why).
 - job `<q>_available_now`: fixes an AvailableNow drain's targets (launch it from the UI);
 - sensor `<q>_trigger`: requests the next batch run while none is in flight, when a drain is
   active or (processing_time queries) there is new data or time-based work;
@@ -62,6 +67,12 @@ class QuerySpec:
     halt_webhook: str | None = None
     extra_tags: dict[str, str] = field(default_factory=dict)
     shared_sink: bool = False          # set by build_definitions when several queries write the sink
+    executor: Any = "in_process"       # "in_process", "multiprocess" or a dg.ExecutorDefinition
+    fanout_reason: str | None = "not planned"   # None: the process step fans out per state partition
+
+    @property
+    def fanout(self) -> bool:
+        return self.fanout_reason is None
 
     def source_keys(self) -> list[dg.AssetKey]:
         return [k for k, _ in self.source_assets]
@@ -115,8 +126,42 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     interval_s = max(5, int(s.trigger.interval_ms / 1000)) if s.trigger.kind == "processing_time" else 5
     if options.get("halt_webhook") is None:
         options["halt_webhook"] = os.environ.get("INCREMENTS_HALT_WEBHOOK") or None
+    resolve_executor(options.get("executor", "in_process"))         # refuse an unknown executor at load
     return QuerySpec(writer_factory, path, name, key, s.trigger, len(srcs), sink_desc, sink_key, src_assets,
-                     sensor_interval_s=int(options.pop("sensor_interval_s", interval_s)), **options)
+                     sensor_interval_s=int(options.pop("sensor_interval_s", interval_s)),
+                     fanout_reason=_fanout_reason(w, options.pop("fanout", None), options.get("executor")),
+                     **options)
+
+
+def _fanout_reason(writer: Any, fanout: bool | None, executor: Any) -> str | None:
+    """Why the query's process step does not fan out per state partition (None: it does).
+    `fanout` (option of @streaming_query): True fans out when the plan allows, False never, None
+    (default) when the executor is not in_process (in one process the partitions would only run
+    one after the other, with their slices staged in between)."""
+    from increments.execution.partitioned import fanout_reason
+    from increments.plan.compiler import Compiler
+    if fanout is False or (fanout is None and executor in (None, "in_process")):
+        return "fanout is off for this query (in_process executor; option fanout=True turns it on)"
+    s = writer.settings
+    try:
+        plan = Compiler(s.output_mode, s.options).compile(writer.frame.node)
+    except Exception as e:  # noqa: BLE001 - the batch run reports a plan error itself
+        return f"the plan did not compile here ({type(e).__name__})"
+    return fanout_reason(plan)
+
+
+def resolve_executor(executor: Any) -> dg.ExecutorDefinition:
+    """`executor=` of @streaming_query: "in_process" (default: every op in the run's process),
+    "multiprocess" (one process per op on the run's machine), or any Dagster ExecutorDefinition
+    (dagster_k8s.k8s_job_executor: one Kubernetes job per op; dagster_celery's celery_executor)."""
+    if executor is None or executor == "in_process":
+        return dg.in_process_executor
+    if executor == "multiprocess":
+        return dg.multiprocess_executor
+    if isinstance(executor, dg.ExecutorDefinition):
+        return executor
+    raise ValueError(f"executor={executor!r}: use 'in_process', 'multiprocess' or a Dagster ExecutorDefinition "
+                     "(e.g. dagster_k8s.k8s_job_executor)")
 
 
 def query_definitions(writer_factory: Callable[[], Any], path: str | None = None, **options: Any) -> dg.Definitions:
@@ -137,15 +182,24 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
 
 
 def make_batch_job(spec: QuerySpec) -> dg.JobDefinition:
+    """plan -> read -> process -> write -> commit; with fan-out, read yields one `partition` op
+    per state partition (dynamic outputs) and `join` collects them before write."""
     ops = make_ops(spec)
+    shape = ("plan, read (split per state partition), one op per partition, join, write, commit" if spec.fanout
+             else "plan, read, process, write, commit")
 
-    @dg.job(name=f"{spec.key}_batch", tags=spec.job_tags, executor_def=dg.in_process_executor,
-            description=f"One micro-batch of streaming query {spec.name}: plan, read, process, write, commit. "
+    @dg.job(name=f"{spec.key}_batch", tags=spec.job_tags, executor_def=resolve_executor(spec.executor),
+            description=f"One micro-batch of streaming query {spec.name}: {shape}. "
                         "Launch with no config to run the next batch.")
     def batch_job():
         b = ops["plan"].alias("plan")()
-        for step in ("read", "process", "write"):
-            b = ops[step].alias(step)(b)
+        if spec.fanout:
+            parts = ops["read"].alias("read")(b)
+            b = ops["join"].alias("join")(parts.map(ops["partition"].alias("partition")).collect())
+        else:
+            for step in ("read", "process"):
+                b = ops[step].alias(step)(b)
+        b = ops["write"].alias("write")(b)
         ops["commit"].alias("commit")(b)
 
     return batch_job

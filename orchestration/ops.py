@@ -213,11 +213,18 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             if run_id:
                 context.log.info(f"queued run {run_id} for batch {nxt[0]} of AvailableNow drain {nxt[1]}")
 
-    return {"plan": plan_op,
-            "read": _step("read", "read_batch", "Read (start, end] of every source; stage the rows."),
-            "process": _step("process", "process_batch", "Operators over the rows; state N-1 -> N."),
-            "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
-            "commit": commit_op}
+    ops = {"plan": plan_op,
+           "read": _step("read", "read_batch", "Read (start, end] of every source; stage the rows."),
+           "process": _step("process", "process_batch", "Operators over the rows; state N-1 -> N."
+                            + (f" Not fanned out per state partition: {spec.fanout_reason}."
+                               if spec.fanout_reason and "stateless" not in spec.fanout_reason
+                               and "fanout is off" not in spec.fanout_reason else "")),
+           "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
+           "commit": commit_op}
+    if spec.fanout:
+        from .fanout import make_fanout_ops
+        ops.update(make_fanout_ops(spec, policy))
+    return ops
 
 
 def _plan(spec: Any, context: Any, wanted: int | None) -> tuple[Any, Any, Any]:
