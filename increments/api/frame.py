@@ -52,8 +52,11 @@ class StreamFrame:
         """
         return StreamFrame(n.ParseJson(self._node, parse_schema(schema), column, tuple(keep), dead_letter))
 
-    def with_watermark(self, column: str, delay: str) -> "StreamFrame":
-        return StreamFrame(n.WithWatermark(self._node, column, parse_duration_ms(delay)))
+    def with_watermark(self, column: str, delay: str, late_rows: Any = None) -> "StreamFrame":
+        """Declare the event-time column and how late rows may arrive. With
+        `late_rows=inc.dead_letter.delta(path)`, every input row a stateful operator drops as late
+        is appended to that Delta table (with batch_id, operator, watermark), once per batch."""
+        return StreamFrame(n.WithWatermark(self._node, column, parse_duration_ms(delay), late_rows))
 
     withWatermark = with_watermark
 

@@ -200,7 +200,7 @@ class WindowAggregateOp(PhysicalOp):
     def describe(self) -> str:
         return f"StateStoreSave[{self.operator_name}, keys={self.key_columns}, mode={self.mode}]"
 
-    def columns_read(self, needed: set[str] | None) -> set[str]:
+    def _columns_read(self, needed: set[str] | None) -> set[str]:
         """The input columns this aggregation reads (whatever its output needs)."""
         cols = {k.column if isinstance(k, WindowSpec) else k for k in self.keys}
         return cols | {a.column for a in self.acc.aggs if a.column is not None}
@@ -335,6 +335,8 @@ class WindowAggregateOp(PhysicalOp):
         table = self.children[0].execute(ctx)
         stores = ctx.stores(self)
         write_schema_once(self, ctx, self.key_fields(), self.acc.value_fields())
+        if self.watermarked and self.mode != "complete":
+            self._route_late(ctx, table)
         partials = self._partials(table, len(stores))
         tcol = self._time_cols()[0] if self._time_cols() else None
         if self.watermarked and self.mode != "complete" and partials.num_rows:
@@ -376,6 +378,41 @@ class WindowAggregateOp(PhysicalOp):
             if self.mode == "complete":
                 emitted.append(self._from_state(list(store.iter_all())))
         return self._result(emitted)
+
+    def _route_late(self, ctx: BatchContext, table: pa.Table) -> None:
+        """The input rows this batch drops as late, to the late_rows table. Lateness is per (row,
+        window), window.end <= WL (SEMANTICS.md rule 5): an input row goes there once when any of
+        its windows drops it (a sliding-window row may still count in a later window). A plain
+        watermarked time key: key <= WL. Null event times are never late."""
+        import numpy as np
+        import pyarrow.compute as pc
+        if not self.late_targets:
+            return
+        wl_us = ctx.late_watermark(self) * 1000
+        col = self.window.column if self.window else self.time_key
+        t = table.column(col).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        valid = pc.is_valid(t).to_numpy(zero_copy_only=False)
+        tv = pc.fill_null(t, 0).to_numpy()
+        if self.window:
+            w = self.window
+            size, slide, off = w.size_ms * 1000, w.slide_ms * 1000, w.start_ms * 1000
+            last = tv - np.mod(tv - off, slide)             # start of the latest window holding t
+            first_end = last + size - (math.ceil(size / slide) - 1) * slide
+            while True:                                     # the earliest window still holding t
+                behind = first_end <= tv
+                if not behind.any():
+                    break
+                first_end = np.where(behind, first_end + slide, first_end)
+            late = valid & (first_end <= wl_us)
+        else:
+            late = valid & (tv <= wl_us)
+        ctx.route_late(self, [(None, table.filter(pa.array(late)))] if late.any() else [], ctx.late_watermark(self))
+
+    def columns_read(self, needed: set[str] | None) -> set[str] | None:
+        """Every input column when late rows go to a table (they keep the whole row)."""
+        if self.late_targets:
+            return None
+        return self._columns_read(needed)
 
     def _from_state(self, rows: list[tuple[bytes, bytes]]) -> tuple[list[tuple], list[pa.Array]]:
         keys, values = decode_rows(rows)

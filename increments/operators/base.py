@@ -46,6 +46,7 @@ class BatchContext:
     timestamp_ms: int
     inputs: dict[int, pa.Table]
     query_name: str = ""
+    query_id: str = ""
     output_mode: str = "append"
     state: Any = None                          # execution.state_manager.StateManager
     event_time: dict[str, EventTimeStats] = field(default_factory=dict)
@@ -70,6 +71,23 @@ class BatchContext:
 
     def count_dropped(self, op: "PhysicalOp", n: int) -> None:
         self.dropped_by_watermark[op.operator_id] = self.dropped_by_watermark.get(op.operator_id, 0) + int(n)
+
+    def route_late(self, op: "PhysicalOp", parts: list[tuple[str | None, pa.Table]], watermark_ms: int) -> None:
+        """Send the input rows `op` drops as late ((side, rows) pairs; side None for one input) to
+        its late_rows table(s), once per batch (sinks/late_rows.py); progress counts them per
+        operator as num_late_rows_written. Nothing happens without a late_rows target."""
+        targets = getattr(op, "late_targets", None)
+        if not targets:
+            return
+        from ..sinks import late_rows
+        by_path: dict[str, tuple[Any, list]] = {}
+        for side, rows in parts:
+            t = targets.get(side)
+            if t is not None and rows.num_rows:
+                by_path.setdefault(t.path, (t, []))[1].append((side, rows))
+        n = sum(late_rows.write(t, self, op, ps, watermark_ms) for t, ps in by_path.values())
+        m = self.custom_metrics.setdefault(op.operator_id, {})
+        m["num_late_rows_written"] = m.get("num_late_rows_written", 0) + n
 
     def where(self, what: str) -> str:
         return f"query {self.query_name!r}, batch {self.batch_id}: {what}"
@@ -96,6 +114,8 @@ class PhysicalOp:
     #: how far this operator's input watermark lags the global one (ms); None: no watermarked input
     #: reaches it. Set by the compiler (plan/watermarks.py) after the tree is built.
     input_watermark_offset_ms: int | None = 0
+    #: where rows this operator drops as late go: {side or None: DeadLetter target} (plan/late_rows.py)
+    late_targets: dict = {}
 
     def __init__(self, children: list["PhysicalOp"], schema: pa.Schema):
         self.children = children

@@ -82,9 +82,10 @@ class DeduplicateOp(PhysicalOp):
     def _candidates(self, ctx: BatchContext, table: pa.Table, nparts: int) -> pa.Table:
         table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
         if self.event_col:
-            late = pc.fill_null(pc.less_equal(pc.cast(table.column(self.event_col), pa.int64()),
-                                              ctx.late_watermark(self) * 1000), False)
+            wl = ctx.late_watermark(self)
+            late = pc.fill_null(pc.less_equal(pc.cast(table.column(self.event_col), pa.int64()), wl * 1000), False)
             n_late = pc.sum(late).as_py() or 0
+            ctx.route_late(self, [(None, table.filter(late))] if n_late else [], wl)
             if n_late:
                 ctx.count_dropped(self, n_late)
                 table = table.filter(pc.invert(late))

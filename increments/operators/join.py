@@ -247,11 +247,13 @@ class StreamStreamJoinOp(PhysicalOp):
     def execute(self, ctx: BatchContext) -> pa.Table:
         new = {"left": self.children[0].execute(ctx).cast(self.ls.schema),
                "right": self.children[1].execute(ctx).cast(self.rs.schema)}
-        dropped = 0
+        dropped, late = 0, []
         for side in new:
-            new[side], d = self._drop_late(new[side], side, ctx.late_watermark(self))
-            dropped += d
+            new[side], gone = self._drop_late(new[side], side, ctx.late_watermark(self))
+            dropped += gone.num_rows
+            late.append((side, gone))
         ctx.count_dropped(self, dropped)
+        ctx.route_late(self, late, ctx.late_watermark(self))
         failed = {}
         for side, sql in self.pre_sql.items():   # pre-join filter: neither stored nor joined
             if new[side].num_rows:
@@ -305,17 +307,20 @@ class StreamStreamJoinOp(PhysicalOp):
         for p, (c, b) in enumerate(zip(counts, before)):
             if c != b:
                 js.write_counts(stores[p], c)
-        ctx.custom_metrics[self.operator_id] = {"num_rows_total": sum(sum(c) for c in counts), **metrics}
+        ctx.custom_metrics.setdefault(self.operator_id, {}).update(num_rows_total=sum(sum(c) for c in counts), **metrics)
         return pa.concat_tables([t.cast(self.schema) for t in parts])
 
-    def _drop_late(self, table: pa.Table, side: str, late_ms: int) -> tuple[pa.Table, int]:
+    def _drop_late(self, table: pa.Table, side: str, late_ms: int) -> tuple[pa.Table, pa.Table]:
+        """(rows kept, rows dropped as late) of one side's new rows."""
         cols = (self.ls if side == "left" else self.rs).watermarked
         if not cols or table.num_rows == 0:
-            return table, 0
+            return table, table.slice(0, 0)
         schema = (self.ls if side == "left" else self.rs).schema
         cond = " OR ".join(f"coalesce({event_time_us_sql(c, schema)} <= {int(late_ms) * 1000}, false)" for c in cols)
-        kept = run_sql(f"SELECT * FROM __e WHERE NOT ({cond})", {"__e": table}).cast(table.schema)
-        return kept, table.num_rows - kept.num_rows
+        late = run_sql(f"SELECT ({cond}) AS __late FROM __e", {"__e": table}).column(0)
+        if not (pc.sum(late).as_py() or 0):
+            return table, table.slice(0, 0)
+        return table.filter(pc.invert(late)), table.filter(late)
 
     def _keys(self, table: pa.Table, side: str, partitions: int) -> tuple[pa.Array, np.ndarray, pa.Array]:
         """(key texts, partitions, event times µs) of the side's new rows, computed in DuckDB."""

@@ -87,6 +87,8 @@ class SessionWindowOp(PhysicalOp):
         out = run_sql(f"SELECT {g}, {self.acc.partial_sql()}, {partition_sql(keys, nparts)} AS __p, min(__rn) AS __ord "
                       f"FROM (SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL) GROUP BY {g}",
                       {"__in": table})
+        if self.watermarked and self.mode != "complete":
+            self._route_late(ctx, table)
         if self.watermarked and self.mode != "complete" and out.num_rows:
             late = pc.less_equal(pc.add(out.column("__t"), self.gap_us), ctx.late_watermark(self) * 1000)
             n_late = pc.sum(late).as_py() or 0
@@ -94,6 +96,16 @@ class SessionWindowOp(PhysicalOp):
                 ctx.count_dropped(self, n_late)
                 out = out.filter(pc.invert(late))
         return out
+
+    def _route_late(self, ctx: BatchContext, table: pa.Table) -> None:
+        """The input rows dropped as late (t + gap <= WL; null times are never late) to late_rows."""
+        import pyarrow.compute as pc
+        if not self.late_targets:
+            return
+        wl = ctx.late_watermark(self)
+        t = table.column(self.spec.column).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        late = pc.fill_null(pc.less_equal(pc.add(t, self.gap_us), wl * 1000), False)
+        ctx.route_late(self, [(None, table.filter(late))], wl)
 
     def execute(self, ctx: BatchContext) -> pa.Table:
         table = self.children[0].execute(ctx)

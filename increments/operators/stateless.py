@@ -87,6 +87,7 @@ class WatermarkOp(PhysicalOp):
     def __init__(self, child: PhysicalOp, column: str, delay_ms: int, watermark_id: str):
         super().__init__([child], child.schema)
         self.column, self.delay_ms, self.watermark_id = column, delay_ms, watermark_id
+        self.late_rows: Any = None    # with_watermark(..., late_rows=target): see sinks/late_rows.py
         self.event_time_cols = {column: (watermark_id, delay_ms)}
 
     def columns_read(self, needed: set[str] | None) -> set[str] | None:

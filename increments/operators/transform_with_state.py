@@ -124,7 +124,7 @@ class TransformWithStateOp(PhysicalOp):
                     t = unpad_ms(decode_key(first[0])[1])
                     next_timer = t if next_timer is None else min(next_timer, t)
         self._next_timer = (ctx.batch_id, next_timer)
-        ctx.custom_metrics[self.operator_id] = {**rows, "custom_metrics": metrics}
+        ctx.custom_metrics.setdefault(self.operator_id, {}).update({**rows, "custom_metrics": metrics})
         return out.table()
 
     def _drop_late(self, ctx: BatchContext, table: pa.Table) -> pa.Table:
@@ -136,6 +136,7 @@ class TransformWithStateOp(PhysicalOp):
         ms = pc.divide(table.column(col).cast(pa.int64()), 1000)
         late = pc.fill_null(pc.less_equal(ms, ctx.late_watermark(self)), False)
         dropped = pc.sum(late.cast(pa.int64())).as_py() or 0
+        ctx.route_late(self, [(None, table.filter(late))] if dropped else [], ctx.late_watermark(self))
         if dropped:
             ctx.count_dropped(self, dropped)
             table = table.filter(pc.invert(late))

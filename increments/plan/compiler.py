@@ -84,6 +84,8 @@ class Compiler:
         root = self.build(node)
         from .watermarks import propagate
         propagate(root)
+        from .late_rows import assign_late_rows
+        assign_late_rows(root)
         return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings,
                             self.scan_filters, prune_scans(root))
 
@@ -118,7 +120,9 @@ class Compiler:
                                         "not a TIMESTAMP; declare it TIMESTAMP or cast it with with_column")
             wid = str(len(self.watermark_delays))
             self.watermark_delays[wid] = node.delay_ms
-            return WatermarkOp(child, node.column, node.delay_ms, wid)
+            op = WatermarkOp(child, node.column, node.delay_ms, wid)
+            op.late_rows = node.late_rows
+            return op
         builder = BUILDERS.get(type(node))
         if builder is None:
             raise AnalysisException(f"{type(node).__name__} is not supported on streams yet")
@@ -249,8 +253,8 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
     if isinstance(node, n.Filter):
         child = push_filters_below_watermarks(node.child)
         if isinstance(child, n.WithWatermark) and not _mentions(node.condition, child.column):
-            return n.WithWatermark(push_filters_below_watermarks(n.Filter(child.child, node.condition)),
-                                   child.column, child.delay_ms)
+            import dataclasses
+            return dataclasses.replace(child, child=push_filters_below_watermarks(n.Filter(child.child, node.condition)))
         return n.Filter(child, node.condition)
     if isinstance(node, n.Unary):
         import dataclasses

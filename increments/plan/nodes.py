@@ -71,6 +71,7 @@ class ParseJson(Unary):
 class WithWatermark(Unary):
     column: str = ""
     delay_ms: int = 0
+    late_rows: Any = None               # a DeadLetter target for rows stateful operators drop as late
 
 
 @dataclass(frozen=True, eq=False)
