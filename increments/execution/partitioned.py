@@ -93,7 +93,7 @@ def partition_of_rows(s: PhysicalOp, table: pa.Table, n: int) -> pa.Array:
 
 def _context(rt: Any, e: Any, inputs: dict[int, pa.Table], state: Any) -> BatchContext:
     return BatchContext(e.batch_id, e.watermark_ms, e.late_watermark_ms, e.timestamp_ms, inputs,
-                        query_name=rt.name, output_mode=rt.output_mode, state=state)
+                        query_name=rt.name, query_id=rt.query_id, output_mode=rt.output_mode, state=state)
 
 
 def _ctx_metrics(ctx: BatchContext) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
     rt.state.begin(e.batch_id, _base_tokens(rt, e.batch_id))
     inputs = {i: rt.staging.get_table(e.batch_id, f"input_{i}") for i in range(len(rt.sources))}
     ctx = BatchContext(e.batch_id, e.watermark_ms, e.late_watermark_ms, e.timestamp_ms, inputs,
-                       query_name=rt.name, output_mode=rt.output_mode, state=rt.state)
+                       query_name=rt.name, query_id=rt.query_id, output_mode=rt.output_mode, state=rt.state)
     try:
         output = rt.plan.root.execute(ctx)
         if output.schema != rt.plan.output_schema and output.num_rows == 0:
