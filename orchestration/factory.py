@@ -69,6 +69,7 @@ class QuerySpec:
     shared_sink: bool = False          # set by build_definitions when several queries write the sink
     executor: Any = "in_process"       # "in_process", "multiprocess" or a dg.ExecutorDefinition
     fanout_reason: str | None = "not planned"   # None: the process step fans out per state partition
+    compact: Any = None                # maintenance.CompactSettings (Delta sinks: <q>_compact job and schedule)
 
     @property
     def fanout(self) -> bool:
@@ -127,6 +128,8 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     if options.get("halt_webhook") is None:
         options["halt_webhook"] = os.environ.get("INCREMENTS_HALT_WEBHOOK") or None
     resolve_executor(options.get("executor", "in_process"))         # refuse an unknown executor at load
+    from .maintenance import pop_options
+    options["compact"] = pop_options(options)
     return QuerySpec(writer_factory, path, name, key, s.trigger, len(srcs), sink_desc, sink_key, src_assets,
                      sensor_interval_s=int(options.pop("sensor_interval_s", interval_s)),
                      fanout_reason=_fanout_reason(w, options.pop("fanout", None), options.get("executor")),
@@ -177,8 +180,11 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     batch_job = make_batch_job(spec)
     drain_job = make_drain_job(spec)
     schedules = [make_schedule(spec, drain_job)] if spec.trigger.kind == "available_now" else []
-    return dg.Definitions(jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job)],
-                          schedules=schedules, asset_checks=make_checks(spec))
+    from .maintenance import compact_definitions
+    return dg.Definitions.merge(
+        dg.Definitions(jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job)],
+                       schedules=schedules, asset_checks=make_checks(spec)),
+        compact_definitions(spec, spec.compact) if spec.compact is not None else dg.Definitions())
 
 
 def make_batch_job(spec: QuerySpec) -> dg.JobDefinition:

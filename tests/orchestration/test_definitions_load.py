@@ -28,7 +28,9 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     assert {"clicks_bronze_batch", "clicks_bronze_available_now", "hourly_clicks_batch",
             "hourly_clicks_available_now"} <= jobs
     assert {s.name for s in defs.sensors} == {"clicks_bronze_trigger", "clicks_silver_trigger", "hourly_clicks_trigger"}
-    assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule"}
+    assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule", "clicks_bronze_compact_schedule",
+                                                "clicks_silver_compact_schedule", "hourly_clicks_compact_schedule"}
+    assert {"clicks_bronze_compact", "clicks_silver_compact", "hourly_clicks_compact"} <= jobs   # Delta sinks
     graph = defs.resolve_asset_graph()
     landing, bronze = dg.AssetKey(["files", "landing", "clicks"]), dg.AssetKey(["delta", "lake", "clicks_bronze"])
     # assets are named by what the queries read and write: one landing asset for both readers, and
