@@ -168,7 +168,7 @@ class ParseJsonOp(PhysicalOp):
         return cols | ({"timestamp"} if self.dead_letter is not None else set())
 
     def execute(self, ctx: BatchContext) -> pa.Table:
-        from ..sources.file_formats import first_bad_json_row
+        from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
         table = self.children[0].execute(ctx)
         pre = self._kafka.take_parsed(table, self._arrow_json) if self._kafka is not None else None
         if pre is not None:
@@ -185,7 +185,8 @@ class ParseJsonOp(PhysicalOp):
             return fast
         if table.num_rows == 0 or self._all_objects(con, texts):  # fast path: one validity pass + the transform
             parsed = self._transform(con, table, texts)
-            if table.num_rows == 0 or not self._type_errors(con, texts, parsed):
+            if table.num_rows == 0 or not (self._type_errors(con, texts, parsed)
+                                           or has_wrong_json_types(con, texts, self.json_schema)):
                 return parsed
         bad = first_bad_json_row(con, texts, self.json_schema) if table.num_rows else None
         if bad is not None:

@@ -8,7 +8,8 @@ partition, offset, timestamp (null when the input has no such column), reason, q
 batch_id, written_at. The good rows of the batch go on through the query.
 
 Idempotency: the commit carries the Delta app transaction (app_id "increments-dead-letter:<query
-name>", version = batch id). parse_json runs in the process step, which a crash before commits[N]
+id>", version = batch id: a new checkpoint is a new query id, so a query that keeps its name but
+starts again on a new checkpoint writes its bad rows too). parse_json runs in the process step, which a crash before commits[N]
 repeats; a batch whose id the table already holds is not written again, so each bad row is written
 once. `write` returns the number of bad rows of the batch (also on such a skip) for progress.
 
@@ -76,7 +77,7 @@ class DeltaDeadLetter:
         from .delta import commit_properties, open_table
         if bad_rows.num_rows == 0:
             return 0
-        app_id = f"increments-dead-letter:{ctx.query_name}"
+        app_id = f"increments-dead-letter:{getattr(ctx, 'query_id', '') or ctx.query_name}"
         opts = self.options(ctx)
         dt = open_table(self.path, opts)
         if dt is not None:

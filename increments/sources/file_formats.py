@@ -38,6 +38,7 @@ def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None)
         data = f.read()
     if not data.strip():
         return schema.to_arrow().empty_table()
+    check_utf8(path, data)
     try:
         opts = pajson.ParseOptions(explicit_schema=schema.to_arrow(), unexpected_field_behavior="ignore",
                                    newlines_in_values=False)
@@ -51,6 +52,18 @@ def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None)
         raise MalformedInputError(f"file {path}, line {line}: {reason}") from e
 
 
+def check_utf8(path: str, data: bytes) -> None:
+    """MalformedInputError naming the line of the first byte that is not UTF-8 (such text would be
+    committed as it is and make the sink's strings unreadable)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise MalformedInputError(f"file {path}, line {line}: byte 0x{data[e.start]:02x} at column {col} is not "
+                                  "UTF-8 text (write the file as UTF-8)") from None
+
+
 def read_json_lines_many(paths: list[str], schema: Schema, columns: list[str] | None = None) -> pa.Table | None:
     """The rows of several JSON-lines files in their order, in one DuckDB scan (many small files
     cost a fraction of one scan each); None when that scan fails: the caller then reads the files
@@ -58,22 +71,56 @@ def read_json_lines_many(paths: list[str], schema: Schema, columns: list[str] | 
     return _read_json_duckdb(list(paths), schema, columns)
 
 
+#: the JSON value types a field of a declared type accepts (DuckDB's json_type names); others fail
+#: the batch as Spark's parser does (FAILFAST): 3.7, true or "42" are not a BIGINT, "yes" is not a
+#: BOOLEAN. A STRING takes any value (its JSON text, as Spark); other types as DuckDB converts them.
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT")
+_STRICT = {**{t: ("BIGINT", "UBIGINT") for t in _INTEGERS}, "BOOLEAN": ("BOOLEAN",),
+           "DOUBLE": ("BIGINT", "UBIGINT", "DOUBLE"), "FLOAT": ("BIGINT", "UBIGINT", "DOUBLE")}
+
+
+def strict_json_types(duckdb_type: str) -> tuple[str, ...] | None:
+    """The JSON value types a field of `duckdb_type` accepts, or None when any is converted."""
+    if duckdb_type.startswith("DECIMAL"):
+        return ("BIGINT", "UBIGINT", "DOUBLE")
+    return _STRICT.get(duckdb_type)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
+    """One DuckDB scan; strictly typed fields (strict_json_types) are read as JSON and converted
+    only when the value has an accepted type (else the scan fails: None, and the caller names the
+    line)."""
     import duckdb
 
     from ..sql import duckdb_connection
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
-    columns = "{" + ", ".join(f"'{f.name.replace(chr(39), chr(39) * 2)}': '{f.duckdb_type}'" for f in fields) + "}"
+
+    def declared(f) -> str:
+        return "JSON" if strict_json_types(f.duckdb_type) else f.duckdb_type
+
+    def select(f) -> str:
+        ok = strict_json_types(f.duckdb_type)
+        if not ok:
+            return _q(f.name)
+        kinds = ", ".join(f"'{k}'" for k in ok)
+        return (f"CASE WHEN {_q(f.name)} IS NULL OR json_type({_q(f.name)}) = 'NULL' THEN NULL "
+                f"WHEN json_type({_q(f.name)}) IN ({kinds}) THEN CAST({_q(f.name)} AS {f.duckdb_type}) "
+                f"ELSE error('wrong JSON type') END AS {_q(f.name)}")
+    columns = "{" + ", ".join(f"'{f.name.replace(chr(39), chr(39) * 2)}': '{declared(f)}'" for f in fields) + "}"
     try:
         table = duckdb_connection().sql(
-            f"SELECT * FROM read_json($files, format='newline_delimited', columns={columns}, "
-            f"maximum_object_size=67108864)", params={"files": path}).to_arrow_table()
+            f"SELECT {', '.join(select(f) for f in fields)} FROM read_json($files, format='newline_delimited', "
+            f"columns={columns}, maximum_object_size=67108864)", params={"files": path}).to_arrow_table()
         if only is not None:
             target = schema.to_arrow()
             read = pa.schema([target.field(f.name) for f in fields])
             return with_only(table.select(read.names).cast(read), target, only)
         return table.select(schema.names).cast(schema.to_arrow())
-    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowTypeError):
+    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
 
 
@@ -85,6 +132,26 @@ def diagnose_json_lines(lines: list[bytes], schema: Schema) -> tuple[int | None,
     if bad is None:
         return None, ""
     return bad[0] + 1, bad[1]
+
+
+def has_wrong_json_types(con, texts: pa.Array, schema: Schema) -> bool:
+    """Does any value hold a field whose JSON type its declared type does not accept
+    (strict_json_types: 3.7, true or "42" for a BIGINT, "yes" for a BOOLEAN)? One pass."""
+    conds = []
+    for f in schema.fields:
+        ok = strict_json_types(f.duckdb_type)
+        if ok:
+            path = ("$." + f.name if f.name.isidentifier() else "$." + json.dumps(f.name)).replace("'", "''")
+            conds.append(f"coalesce(json_type(v, '{path}'), 'NULL') NOT IN ('NULL', {', '.join(repr(k) for k in ok)})")
+    if not conds or not len(texts):
+        return False
+    t = pa.table({"v": texts})
+    con.register("__wt", t)
+    try:
+        return bool(con.execute(f"SELECT count(*) FROM __wt WHERE v IS NOT NULL AND trim(v) <> '' AND json_valid(v) "
+                                f"AND ({' OR '.join(conds)})").fetchall()[0][0])
+    finally:
+        con.unregister("__wt")
 
 
 def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] | None:
@@ -100,6 +167,16 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
             return row[0], f"invalid JSON: {row[1][:200]!r}"
         for f in schema.fields:
             path = "$." + json.dumps(f.name) if not f.name.isidentifier() else "$." + f.name
+            ok = strict_json_types(f.duckdb_type)
+            if ok:
+                row = con.execute(
+                    f"SELECT i, json_extract(v, ?)::VARCHAR, json_type(v, ?) FROM __diag WHERE v IS NOT NULL "
+                    f"AND trim(v) <> '' AND json_type(v, ?) IS NOT NULL AND json_type(v, ?) NOT IN "
+                    f"('NULL', {', '.join(repr(k) for k in ok)}) ORDER BY i LIMIT 1", [path, path, path, path]).fetchall()
+                if row:
+                    i, text, kind = row[0]
+                    return i, (f"field {f.name!r} is {text[:100]} (a JSON {kind.lower()}), which is not a "
+                               f"{f.duckdb_type}; it is not converted")
             row = con.execute(
                 f"SELECT i, json_extract(v, ?)::VARCHAR FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' "
                 f"AND json_type(v, ?) NOT IN ('NULL') AND json_type(v, ?) IS NOT NULL "
@@ -119,7 +196,13 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
 
 
 def read_csv(path: str, schema: Schema, header: bool = False, delimiter: str = ",") -> pa.Table:
+    """The rows of a CSV file as `schema`. A 0-byte file has no rows; a header without a column of
+    the schema, a value that does not convert, or text that is not UTF-8 fails naming the file (and
+    the line where known)."""
+    import os
     arrow_schema = schema.to_arrow()
+    if os.path.getsize(path) == 0:
+        return arrow_schema.empty_table()
     read_opts = (pacsv.ReadOptions(autogenerate_column_names=False) if header
                  else pacsv.ReadOptions(column_names=schema.names))
     conv = pacsv.ConvertOptions(column_types=arrow_schema, include_columns=schema.names,
@@ -128,7 +211,17 @@ def read_csv(path: str, schema: Schema, header: bool = False, delimiter: str = "
         table = pacsv.read_csv(path, read_options=read_opts, convert_options=conv,
                                parse_options=pacsv.ParseOptions(delimiter=delimiter))
         return table.select(schema.names).cast(arrow_schema)
+    except pa.ArrowKeyError:
+        with open(path, "rb") as f:
+            first = f.readline().decode("utf-8", "replace").rstrip("\r\n")
+        names = [c.strip().strip('"') for c in first.split(delimiter)]
+        missing = [n for n in schema.names if n not in names]
+        raise MalformedInputError(f"file {path}, line 1: the header {names} has no column {', '.join(map(repr, missing))} "
+                                  f"of the schema ({schema}); fix the header, or the schema") from None
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        if "UTF8" in str(e) or "UTF-8" in str(e):
+            with open(path, "rb") as f:
+                check_utf8(path, f.read())
         raise MalformedInputError(f"file {path}: {_csv_reason(str(e))}") from e
 
 

@@ -250,11 +250,12 @@ class FileSource(Source):
         Parquet) only those columns are decoded and every other column of the schema is null, as
         Spark's scan reads only the columns a query uses (a bad value in an unread column is not
         seen); a malformed line or file fails the batch either way."""
+        changed = self._check_unchanged(start, end)
         files = self.files_for(start, end)
         cols = columns if self.reads_columns else None
         together = self._read_together(files, cols)
         if together is not None:
-            self.read_metrics = {"files": len(files), "skipped_files": []}
+            self.read_metrics = {"files": len(files), "skipped_files": [], "changed_files": changed}
             return together
         tables, skipped = [], []
         for f in files:
@@ -267,10 +268,73 @@ class FileSource(Source):
                         "fail_on_data_loss=False to skip missing files (they are counted and reported).")) from None
                 log.warning("%s", self.fail(f"skipping missing file {self.display(f)} (fail_on_data_loss=False)"))
                 skipped.append(self.display(f))
-        self.read_metrics = {"files": len(files), "skipped_files": skipped}
+        self.read_metrics = {"files": len(files), "skipped_files": skipped, "changed_files": changed}
         if not tables:
             return self.schema().empty_table()
         return pa.concat_tables(tables)
+
+    # -- files that changed after they were read ---------------------------------------------------
+    def _facts(self, entries: list[int]) -> tuple[dict[str, tuple], dict[str, tuple | None]]:
+        """(the facts entries' files had when listed or, when a read found them changed since, when
+        read; their facts now): a local file's (size, mtime ms) by stat, an object's (size, etag) from
+        one listing after the entry before the first. Files of version-1 entries are left out."""
+        assert self._log is not None
+        files = [f for n in entries for f in self._log.files(n) if isinstance(f, dict)]
+        local = self.root().is_local
+        want = {f["name"]: ((f["size"], f["mtime_ms"]) if local else (f["size"], f["etag"])) for f in files}
+        for n in entries:
+            try:
+                want.update({k: tuple(v) for k, v in self.own_files().read_json(f"{n}.read.json").items()})
+            except FileNotFoundError:
+                pass
+        if not want:
+            return {}, {}
+        if local:
+            now: dict[str, tuple | None] = {}
+            for name in want:
+                try:
+                    st = os.stat(self.root().local_path(name))
+                    now[name] = (st.st_size, int(st.st_mtime_ns // 1_000_000))
+                except OSError:
+                    now[name] = None
+            return want, now
+        listed = {o.name: (o.size, o.etag) for o in self.root().list("", start_after=self._log.last(entries[0] - 1, self._rel))
+                  if o.name in want}
+        return want, {name: listed.get(name) for name in want}
+
+    def _check_unchanged(self, start: int, end: int) -> list[str]:
+        """Before reading entries (start, end]: the files of entry `start` (the batch before read them)
+        must be as they were read: a file that grew or was rewritten since holds rows no batch will
+        read (each file is read once). DataLossError naming the file, or with fail_on_data_loss=False
+        a warning (returns the changed files). This batch's files that changed since they were listed
+        (a file fixed after a failed batch) are read as they are now, and their facts recorded in
+        sources/<i>/<n>.read.json, so the next batch compares with what was read."""
+        if self._log is None:
+            return []
+        want, now = self._facts(list(range(max(start, 0), end + 1)))
+        prev = {f["name"] for f in self._log.files(start) if isinstance(f, dict)} if start >= 0 else set()
+        for n in range(start + 1, end + 1):
+            amended = {f["name"]: now[f["name"]] for f in self._log.files(n) if isinstance(f, dict)
+                       and now.get(f["name"]) is not None and now[f["name"]] != want.get(f["name"])}
+            if amended:
+                self.own_files().write_json(f"{n}.read.json", amended)
+        changed = []
+        for name in sorted(prev):
+            facts, got = want.get(name), now.get(name)
+            if got is None or got == facts:
+                continue            # gone after it was read: nothing unread is lost
+            what = (f"size {facts[0]} -> {got[0]} bytes" if got[0] != facts[0] else
+                    "rewritten in place: same size, new " + ("modification time" if self.root().is_local else "etag"))
+            msg = (f"file {self.display(name)} changed after the previous batch read it ({what}): the rows written "
+                   "to it since were not read and never will be (each file is read once). Files must be complete "
+                   "when they land: write each file elsewhere (or under a name starting with '.' or '_', which "
+                   "the source ignores) and rename it into place (or upload it in one put) when it is complete.")
+            if self.fail_on_data_loss:
+                raise DataLossError(self.fail(msg + " Put the new rows in a new file and restore this one, or set "
+                                                    "fail_on_data_loss=False to go on without them (logged and reported)."))
+            log.warning("%s", self.fail(msg + " Going on (fail_on_data_loss=False)."))
+            changed.append(self.display(name))
+        return changed
 
     def _reads_together(self, n_files: int | None) -> bool:
         return self.format == "json" and n_files is not None and n_files >= MULTI_FILE_SCAN_MIN
