@@ -111,7 +111,8 @@ class _Parsed:
 
 class KafkaSource(Source):
     _per_query = {"read_metrics": {}, "_consumer": None, "_target": None, "_parse_schema": None,
-                  "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None}
+                  "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None,
+                  "_admin": None, "_epochs": None}
 
     def __init__(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
                  starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
@@ -125,12 +126,7 @@ class KafkaSource(Source):
             raise ValueError("read_stream.kafka: name a topic (topic='clicks') or topics=['a', 'b']")
         self.bootstrap_servers = bootstrap_servers
         self.topics = names
-        if isinstance(starting_offsets, str) and starting_offsets.strip().startswith("{"):
-            starting_offsets = json.loads(starting_offsets)
-        if isinstance(starting_offsets, str) and starting_offsets not in ("earliest", "latest"):
-            raise ValueError(f"starting_offsets={starting_offsets!r}: use 'earliest', 'latest' or "
-                             '{"topic": {"0": 42}} (-2 earliest, -1 latest)')
-        self.starting_offsets = starting_offsets
+        self.starting_offsets = _starting_offsets(starting_offsets, names)
         if max_offsets_per_trigger is not None and int(max_offsets_per_trigger) < 1:
             raise ValueError("max_offsets_per_trigger must be >= 1")
         self.max_offsets_per_trigger = int(max_offsets_per_trigger) if max_offsets_per_trigger else None
@@ -145,6 +141,8 @@ class KafkaSource(Source):
         self._parse_while_reading = False         # enable_read_ahead: the local runner only
         self._parsed: _Parsed | None = None       # the last read's pre-parse, until take_parsed
         self._pool: Any = None
+        self._admin: Any = None
+        self._epochs: list | None = None          # sources/<i>/topic_ids.json, cached
 
     # -- description / schema -------------------------------------------------------------------
     @property
@@ -287,6 +285,8 @@ class KafkaSource(Source):
 
         Under AvailableNow the ends probed when the target was fixed are used, without asking the
         broker again (as Spark does): a range lost since then is found by read()."""
+        reset = self._recreated(start)
+        start = {t: ({} if t in reset else v) for t, v in start.items()}   # recreated: from its new beginning
         if self._target is not None:
             wms = {(t, int(p)): (0, hi) for t, ps in self._target.items() for p, hi in ps.items()}
         else:
@@ -338,6 +338,88 @@ class KafkaSource(Source):
         per = {f"{t}/{p}": max(0, hi - (end or {}).get(t, {}).get(str(p), lo)) for (t, p), (lo, hi) in wms.items()}
         return {"offsets_pending": sum(per.values()), "per_partition": per}
 
+    # -- a topic deleted and recreated -------------------------------------------------------------
+    def _topic_ids(self) -> dict[str, str]:
+        """Each subscribed topic's id (one DescribeTopics request); {} when the broker cannot tell."""
+        try:
+            from confluent_kafka import TopicCollection
+            from confluent_kafka.admin import AdminClient
+            if self._admin is None:
+                self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.client_config})
+            out = {}
+            for t, fut in self._admin.describe_topics(TopicCollection(self.topics), request_timeout=10).items():
+                try:
+                    tid = fut.result().topic_id
+                except Exception:  # noqa: BLE001 - the topic does not exist (yet): nothing to compare
+                    continue
+                if tid is not None:
+                    out[t] = str(tid)
+            return out
+        except Exception:  # noqa: BLE001 - a broker without topic ids: the offsets-backwards rule only
+            return {}
+
+    def _load_epochs(self) -> list:
+        """sources/<i>/topic_ids.json: [{"ids": {topic: id}, "reset_after": offsets | None,
+        "reset_topics": [...]}, ...], one epoch per change of a topic's id (first: at the first plan)."""
+        if self._epochs is None:
+            try:
+                self._epochs = json.loads(self.own_files().read_bytes("topic_ids.json"))["epochs"]
+            except FileNotFoundError:
+                self._epochs = []
+        return self._epochs
+
+    def _save_epochs(self, epochs: list, create_only: bool) -> None:
+        try:
+            self.own_files().write_bytes("topic_ids.json", json.dumps({"epochs": epochs}, sort_keys=True).encode(),
+                                         create_only=create_only)
+            self._epochs = epochs
+        except FileExistsError:
+            self._epochs = None
+
+    def _reset_after(self, start: Any) -> set[str]:
+        """The topics the batch after `start` reads from their beginning (recreated; see _recreated)."""
+        if self.checkpoint is None:
+            return set()
+        for e in self._load_epochs():
+            if e.get("reset_after") == start:
+                return set(e.get("reset_topics", []))
+        return set()
+
+    def _recreated(self, start: Any) -> set[str]:
+        """Plan: compare each topic's id with the one the query read so far. A topic deleted and
+        recreated (another id) is data loss: its new messages below the offsets read from the old
+        topic would never be read. fail_on_data_loss: DataLossError; else the next batch reads that
+        topic from its new beginning (an epoch with reset_after=start, kept for a redo or re-plan)."""
+        if self.checkpoint is None:
+            return set()
+        done = self._reset_after(start)
+        if done:
+            return done
+        ids = self._topic_ids()
+        if not ids:
+            return set()
+        epochs = self._load_epochs()
+        if not epochs:
+            self._save_epochs([{"ids": ids, "reset_after": None, "reset_topics": []}], create_only=True)
+            return set()
+        cur = epochs[-1]["ids"]
+        changed = sorted(t for t in ids if t in cur and cur[t] != ids[t] and start.get(t))
+        if not changed:
+            if any(t not in cur or cur[t] != ids[t] for t in ids):     # a new topic, or recreated before any read
+                self._save_epochs(epochs[:-1] + [{**epochs[-1], "ids": {**cur, **ids}}], create_only=False)
+            return set()
+        what = "; ".join(f"topic {t!r}: id {cur[t]} -> {ids[t]}, read up to {start.get(t)}" for t in changed)
+        msg = (f"deleted and recreated since the query read it ({what}). The new topic's messages below the offsets "
+               "read from the old one would never be read.")
+        if self.fail_on_data_loss:
+            raise DataLossError(self.fail(msg + " Set fail_on_data_loss=False to read the recreated topic from its "
+                                                "new beginning (logged and reported), or start a new query with a new "
+                                                "checkpoint."))
+        log.warning("%s", self.fail(msg + " Reading it from its new beginning (fail_on_data_loss=False)."))
+        self._save_epochs(epochs + [{"ids": {**cur, **ids}, "reset_after": start, "reset_topics": changed}],
+                          create_only=False)
+        return set(changed)
+
     def _loss(self, topic: str, partition: int, lo: int, hi: int, why: str) -> int:
         msg = (f"topic {topic!r}, partition {partition}: offsets [{lo}, {hi}) are no longer available ({why}). "
                "The data was deleted by retention or the topic was recreated before the query read it. "
@@ -362,6 +444,10 @@ class KafkaSource(Source):
         probed and the lost part handled (`_loss`); a range that runs past the end meets the
         end-of-partition event before its end (data loss for the rest, see `_read_partition`)."""
         self.read_metrics = {"offsets_skipped": 0}
+        reset = self._reset_after(start)
+        if reset:
+            self.read_metrics["recreated_topics"] = sorted(reset)
+            start = {t: ({} if t in reset else v) for t, v in start.items()}
         skip = frozenset() if columns is None else frozenset({"key", "timestamp"} - set(columns))
         self._parsed = None
         parse = self._parse_options is not None and self._parse_while_reading
@@ -533,6 +619,39 @@ class KafkaSource(Source):
                 raise _OutOfRange(str(err))
             raise DataLossError(self.fail(f"topic {t!r}, partition {p}: reading from offset {last + 1} failed: {err}"))
         return ended
+
+
+def _starting_offsets(value: Any, topics: list[str]) -> Any:
+    """starting_offsets checked: "earliest", "latest", or {"topic": {"partition": offset}} (a dict or
+    its JSON text) with offsets >= 0, -2 (earliest) or -1 (latest), for subscribed topics only.
+    ValueError naming the option and what is wrong."""
+    usage = ('use "earliest", "latest" or JSON such as {"clicks": {"0": 42, "1": -2}} (per topic and partition: '
+             'an offset, -2 for earliest, -1 for latest)')
+    where = f"read_stream.kafka(starting_offsets={value!r})"
+    if isinstance(value, str) and value.strip().lower() in ("earliest", "latest"):
+        return value.strip().lower()
+    if isinstance(value, str):
+        if not value.strip().startswith("{"):
+            raise ValueError(f"{where}: not 'earliest', 'latest' or JSON; {usage}")
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ValueError(f"{where}: not valid JSON ({e}); {usage}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: {usage}")
+    out: dict[str, dict[str, int]] = {}
+    for t, parts in value.items():
+        if t not in topics:
+            raise ValueError(f"{where}: topic {t!r} is not subscribed (topics: {topics}); give offsets only for "
+                             "the topics the source reads")
+        if not isinstance(parts, dict):
+            raise ValueError(f"{where}: the value for topic {t!r} must map partitions to offsets; {usage}")
+        out[t] = {}
+        for p, off in parts.items():
+            if not str(p).isdigit() or isinstance(off, bool) or not isinstance(off, int) or off < -2:
+                raise ValueError(f"{where}: topic {t!r}, partition {p!r}: offset {off!r} is not valid; {usage}")
+            out[t][str(p)] = off
+    return out
 
 
 class _OutOfRange(Exception):

@@ -136,14 +136,50 @@ def test_data_loss_when_topic_recreated(kafka_broker, tmp_path):
     with pytest.raises(inc.StreamingQueryException) as ei:
         _run(frame, tmp_path / "chk", fn)
     msg = str(ei.value)
-    assert f"topic {topic!r}, partition 0: offsets [1, 5)" in msg and "fail_on_data_loss=False" in msg
-    # skipping: the lost range is counted, the query goes on from the new end
+    assert f"topic {topic!r}: id " in msg and "deleted and recreated" in msg and "fail_on_data_loss=False" in msg
+    # fail_on_data_loss=False: the recreated topic is read from its new beginning
     skip = inc.read_stream.kafka(kafka_broker, topic=topic, fail_on_data_loss=False).parse_json("id BIGINT")
     got, fn = _collect()
     _run(skip, tmp_path / "chk", fn)
     produce(kafka_broker, topic, [json.dumps({"id": 11})])
     _run(skip, tmp_path / "chk", fn)
-    assert _ids(got) == [11]
+    assert _ids(got) == [10, 11]
+
+
+def test_topic_recreated_with_more_messages_is_detected(kafka_broker, tmp_path):
+    """The offsets do not move backwards (8 messages now, 5 read before): only the topic id tells."""
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(5)])
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk", fn)
+    assert _ids(got) == list(range(5))
+    delete_topic(kafka_broker, topic)
+    create_topic(kafka_broker, topic)
+    produce(kafka_broker, topic, [json.dumps({"id": 100 + i}) for i in range(8)])
+    got, fn = _collect()
+    with pytest.raises(inc.StreamingQueryException, match="deleted and recreated since the query read it"):
+        _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk", fn)
+    assert got == {}
+    q = _run(inc.read_stream.kafka(kafka_broker, topic=topic, fail_on_data_loss=False).parse_json("id BIGINT"),
+             tmp_path / "chk", fn)
+    assert _ids(got) == [100 + i for i in range(8)]          # every message of the new topic, once
+    assert q.last_progress["sources"][0]["end_offset"] == {topic: {"0": 8}}
+    # a restart goes on normally (and a redo would read the same rows)
+    produce(kafka_broker, topic, [json.dumps({"id": 200})])
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk", fn)
+    assert _ids(got) == [100 + i for i in range(8)] + [200]
+
+
+@pytest.mark.parametrize("value,match", [
+    ('{"t": {"0": 1}', "not valid JSON"),
+    ("earlist", "not 'earliest', 'latest' or JSON"),
+    ({"t": {"0": "x"}}, "offset 'x' is not valid"),
+    ({"other": {"0": 1}}, "topic 'other' is not subscribed"),
+])
+def test_bad_starting_offsets_name_the_option(value, match):
+    with pytest.raises(ValueError, match=match) as ei:
+        inc.read_stream.kafka("127.0.0.1:1", topic="t", starting_offsets=value)
+    assert "starting_offsets=" in str(ei.value)
 
 
 def test_backlog_reports_the_offsets_beyond_an_end(kafka_broker):
@@ -294,3 +330,35 @@ def test_initial_offsets_are_fixed_once_on_an_object_store_checkpoint(kafka_brok
     assert again.initial_offset() == {topic: {"0": 5}}
     first.close()
     again.close()
+
+
+def test_dead_letter_rows_of_a_new_checkpoint_with_the_same_name_are_written(kafka_broker, tmp_path):
+    """The dead-letter table's transaction is keyed by query id: a query that keeps its name but starts
+    on a new checkpoint (a new query id) writes its batch 0's bad rows too."""
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": 1}), "{bad"])
+    dlq = str(tmp_path / "dlq")
+    for chk in ("chk1", "chk2"):
+        got, fn = _collect()
+        q = _run(inc.read_stream.kafka(kafka_broker, topic=topic)
+                 .parse_json("id BIGINT", dead_letter=inc.dead_letter.delta(dlq)), tmp_path / chk, fn,
+                 query_name="same_name")
+        assert _ids(got) == [1]
+        assert q.last_progress["dead_letters"] == {inc.dead_letter.delta(dlq).description: 1}
+    bad = DeltaTable(dlq).to_pyarrow_table()
+    assert bad.column("value").to_pylist() == [b"{bad", b"{bad"] and bad.column("batch_id").to_pylist() == [0, 0]
+
+
+@pytest.mark.parametrize("value", [3.7, True, "42"])
+def test_parse_json_does_not_coerce_a_wrong_type(kafka_broker, tmp_path, value):
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": 1}), json.dumps({"id": value})])
+    got, fn = _collect()
+    with pytest.raises(inc.StreamingQueryException, match=rf"topic {topic}, partition 0, offset 1: field 'id'"):
+        _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT"), tmp_path / "chk", fn)
+    assert got == {}
+    dlq = str(tmp_path / "dlq")
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic).parse_json("id BIGINT", dead_letter=inc.dead_letter.delta(dlq)),
+         tmp_path / "chk2", fn)
+    assert _ids(got) == [1]
+    assert DeltaTable(dlq).to_pyarrow_table().column("offset").to_pylist() == [1]
