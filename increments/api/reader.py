@@ -24,12 +24,25 @@ class _MemoryFrame(StreamFrame):
     addData = add_data
 
 
+def _is_auto(limit: Any) -> bool:
+    """max_files_per_trigger="auto" / max_offsets_per_trigger="auto": sized by the planner from the
+    log's history toward .option("target_batch_duration", ...) (execution/batch_sizing.py)."""
+    return isinstance(limit, str) and limit.strip().lower() == "auto"
+
+
+def _auto(source: Any, unit: str, attribute: str) -> Any:
+    from ..execution.batch_sizing import mark_auto
+    return mark_auto(source, unit, attribute)
+
+
 class DataStreamReader:
     def files(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
               storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
         from ..sources.files import FileSource
-        return StreamFrame(n.SourceNode(FileSource(path, format, schema, max_files_per_trigger,
-                                                   storage_options=storage_options, **options)))
+        auto = _is_auto(max_files_per_trigger)
+        src = FileSource(path, format, schema, None if auto else max_files_per_trigger,
+                         storage_options=storage_options, **options)
+        return StreamFrame(n.SourceNode(_auto(src, "files", "max_files_per_trigger") if auto else src))
 
     def json(self, path: str, schema: Any, **kw: Any) -> StreamFrame:
         return self.files(path, "json", schema, **kw)
@@ -44,16 +57,19 @@ class DataStreamReader:
               starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
               fail_on_data_loss: bool = True, **client_config: Any) -> StreamFrame:
         from ..sources.kafka import KafkaSource
-        return StreamFrame(n.SourceNode(KafkaSource(bootstrap_servers, topic=topic, topics=topics,
-                                                    starting_offsets=starting_offsets,
-                                                    max_offsets_per_trigger=max_offsets_per_trigger,
-                                                    fail_on_data_loss=fail_on_data_loss, **client_config)))
+        auto = _is_auto(max_offsets_per_trigger)
+        src = KafkaSource(bootstrap_servers, topic=topic, topics=topics, starting_offsets=starting_offsets,
+                          max_offsets_per_trigger=None if auto else max_offsets_per_trigger,
+                          fail_on_data_loss=fail_on_data_loss, **client_config)
+        return StreamFrame(n.SourceNode(_auto(src, "offsets", "max_offsets_per_trigger") if auto else src))
 
     def delta(self, path: str, max_files_per_trigger: int | None = None,
               storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
         from ..sources.delta import DeltaSource
-        return StreamFrame(n.SourceNode(DeltaSource(path, max_files_per_trigger=max_files_per_trigger,
-                                                    storage_options=storage_options, **options)))
+        auto = _is_auto(max_files_per_trigger)
+        src = DeltaSource(path, max_files_per_trigger=None if auto else max_files_per_trigger,
+                          storage_options=storage_options, **options)
+        return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
 
     def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
         from ..sources.memory import MemorySource

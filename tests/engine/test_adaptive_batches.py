@@ -1,0 +1,100 @@
+"""max_files_per_trigger="auto" with .option("target_batch_duration", ...): the planner starts
+small, grows while batches stay under the target, backs off after a slow one, and records each
+batch's size in offsets[N].conf["batch_size"], so a redo after a SIGKILL reads exactly the same
+files. No timing asserts: a slow batch is made slow on purpose (a sink that sleeps far past the
+target), the others are far under it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import increments as inc
+from increments.checkpoint.log import open_log
+from increments.execution.batch_sizing import next_size
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROWS = 5
+
+
+def _files(d, n: int) -> str:
+    os.makedirs(d, exist_ok=True)
+    for f in range(n):
+        with open(os.path.join(d, f"part-{f:04d}.json"), "w") as out:
+            out.write("".join(json.dumps({"id": f * 100 + r, "f": f}) + "\n" for r in range(ROWS)))
+    return str(d)
+
+
+def _sizes(chk: str) -> list[int]:
+    meta = json.load(open(os.path.join(chk, "metadata.json")))
+    log = open_log(None, chk, meta["id"])
+    out, n = [], 0
+    while (e := log.get_offsets(n)) is not None:
+        out.append(e.conf.get("batch_size", {}).get("0"))
+        n += 1
+    return out
+
+
+def test_next_size_rule():
+    assert next_size("files", None, None, 30_000) == 1                  # start small
+    assert next_size("offsets", None, None, 30_000) == 1000
+    assert next_size("files", 4, 100, 30_000) == 8                      # grow, at most 2x per batch
+    assert next_size("files", 10, 20_000, 30_000) == 15                 # toward the target
+    assert next_size("files", 10, 60_000, 30_000) == 4                  # back off: 10 * 30/60 * 0.8
+    assert next_size("files", 1, 90_000, 30_000) == 1                   # never below 1
+    assert next_size("files", 10, 100, 30_000, full=False) == 10        # backlog ran out: keep
+
+
+def test_backlog_grows_from_one_file(tmp_path):
+    src = _files(tmp_path / "in", 40)
+    chk = str(tmp_path / "chk")
+    got = []
+    q = (inc.read_stream.files(src, "json", "id BIGINT, f BIGINT", max_files_per_trigger="auto")
+         .write_stream.foreach_batch(lambda t, b: got.append(t.num_rows)).checkpoint_location(chk)
+         .query_name("grow").option("target_batch_duration", "1 minute").trigger(available_now=True).start())
+    q.await_termination()
+    sizes = _sizes(chk)
+    assert sizes[:5] == [1, 2, 4, 8, 16]                  # every batch far under a minute: doubling
+    assert sum(got) == 40 * ROWS
+    assert got[:5] == [s * ROWS for s in sizes[:5]]
+    assert len(sizes) == 6                                 # 1+2+4+8+16 = 31 files, then the last 9
+
+
+def test_slow_batch_backs_off(tmp_path):
+    src = _files(tmp_path / "in", 40)
+    chk = str(tmp_path / "chk")
+    rows = []
+
+    def sink(table, batch_id):
+        rows.append(table.num_rows)
+        if table.num_rows == 8 * ROWS:
+            time.sleep(3.0)                                # the batch of 8 files takes far past 1 s
+    q = (inc.read_stream.files(src, "json", "id BIGINT, f BIGINT", max_files_per_trigger="auto")
+         .write_stream.foreach_batch(sink).checkpoint_location(chk).query_name("backoff")
+         .option("target_batch_duration", "1 second").trigger(available_now=True).start())
+    q.await_termination()
+    sizes = _sizes(chk)
+    i = sizes.index(8)
+    assert sizes[i + 1] < 8                                # backed off: 8 * 1 s / >3 s * 0.8 -> at most 2
+    assert sizes[i + 1] <= 2
+    assert sum(rows) == 40 * ROWS
+
+
+def test_redo_after_sigkill_reads_the_recorded_range(tmp_path):
+    src = _files(tmp_path / "in", 30)
+    chk, out = str(tmp_path / "chk"), str(tmp_path / "out")
+    job = [sys.executable, os.path.join(HERE, "adaptive_query.py"), src, chk, out, "1 minute"]
+    killed = subprocess.run(job + ["3", "read"], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    before = _sizes(chk)
+    assert before == [1, 2, 4, 8]                          # offsets[3] written with its size, no commit
+    done = subprocess.run(job, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = _sizes(chk)
+    assert after[:4] == before                             # the redo kept offsets[3] and its size
+    batch3 = [json.loads(x) for x in open(os.path.join(out, "3.jsonl"))]
+    assert sorted({r["f"] for r in batch3}) == list(range(7, 15))   # exactly files 7..14
+    ids = [json.loads(x)["id"] for b in sorted(os.listdir(out)) for x in open(os.path.join(out, b))]
+    assert sorted(ids) == sorted(f * 100 + r for f in range(30) for r in range(ROWS))
