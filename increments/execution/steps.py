@@ -69,6 +69,8 @@ def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
     watermark = last_commit.next_watermark_ms if last_commit else 0
     late = last_off.watermark_ms if last_off else 0
     input_wms = dict(last_commit.next_input_watermarks_ms) if last_commit else {}
+    from .batch_sizing import plan_sizes
+    sizes = plan_sizes(rt, last_off, last_commit)       # "auto" sources: recorded in offsets[N]
     end = {str(i): s.latest_offset(start[str(i)], limited) for i, s in enumerate(rt.sources)}
     latest_ms = _ms(t0)
     has_data = any(s.has_new_data(start[str(i)], end[str(i)]) for i, s in enumerate(rt.sources))
@@ -76,7 +78,8 @@ def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
     if not has_data and not _time_based_work(rt, last_off, watermark, now_ms):
         return None
     entry = OffsetsEntry(batch_id, start, end, watermark, late, input_wms, now_ms,
-                         {"state_partitions": rt.state.partitions, "state_store": rt.state.provider_name})
+                         {"state_partitions": rt.state.partitions, "state_store": rt.state.provider_name,
+                          **({"batch_size": sizes} if sizes else {})})
     t1 = time.perf_counter()
     rt.log.write_offsets(entry, rt.run_id)
     rt.emit("on_batch_step", batch_id, "plan")
