@@ -202,3 +202,45 @@ def _join_parts(rows: list[tuple[bytes, bytes]], n: int) -> list[tuple[list, lis
             parts[p][0].append(js.COUNT_KEY)
             parts[p][1].append(encode_value(tuple(counts[p])))
     return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`increments repartition <checkpoint> --partitions N [--log-url URL] [--storage-option K=V ...]`
+    (also `python -m increments.checkpoint.repartition ...`)."""
+    import argparse
+    p = argparse.ArgumentParser(prog="increments repartition",
+                                description="rewrite a stopped query's state into N state partitions")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return run(args)
+
+
+def add_arguments(p: Any) -> None:
+    p.add_argument("checkpoint", help="the query's checkpoint directory or URL")
+    p.add_argument("--partitions", type=int, required=True, help="the new number of state partitions")
+    p.add_argument("--log-url", help="SQLAlchemy URL of the query's log (default: the log_url the checkpoint uses)")
+    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="an object-store option (delta-rs' names), e.g. aws_endpoint_url=...; repeatable")
+
+
+def run(args: Any) -> int:
+    from .. import storage
+    from ..errors import IncrementsError
+    opts = dict(kv.split("=", 1) for kv in (args.storage_option or []))
+    storage.remember_secrets(opts)
+    try:
+        res = repartition(args.checkpoint, args.partitions, args.log_url, opts)
+    except IncrementsError as e:
+        raise SystemExit(f"increments repartition: {storage.redact(str(e))}") from None
+    if res["from"] == res["to"]:
+        print(f"the checkpoint already has {res['to']} state partitions; nothing changed")
+        return 0
+    where = "no committed batch: only the checkpoint's conf changed" if res["batch_id"] is None else (
+        f"state of batch {res['batch_id']}: " + ", ".join(f"store {k} {n} rows" for k, n in res["stores"].items()))
+    print(f"state partitions {res['from']} -> {res['to']} ({where}). Start the query with "
+          f".option(\"state_partitions\", {res['to']}).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

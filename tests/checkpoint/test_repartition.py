@@ -123,6 +123,19 @@ def test_the_commit_row_records_the_change_and_the_old_count_is_refused(tmp_path
     assert repartition(chk, 3)["to"] == 3                      # again: nothing left to do
 
 
+def test_command_line(tmp_path, capsys):
+    from increments.checkpoint.repartition import main
+    root = str(tmp_path)
+    _write(os.path.join(root, "clicks"), range(0, 2), _clicks)
+    chk = os.path.join(root, "chk")
+    _run(root, chk, "dedup_within", 2, "rocksdb", {})
+    assert main([chk, "--partitions", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "state partitions 2 -> 4" in out and 'option("state_partitions", 4)' in out and "-byexpiry" in out
+    with pytest.raises(SystemExit, match="not a query checkpoint"):
+        main([str(tmp_path / "nothing"), "--partitions", "2"])
+
+
 def test_repartition_refuses_a_planned_uncommitted_batch(tmp_path):
     from increments.execution import steps
     root = str(tmp_path)
