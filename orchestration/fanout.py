@@ -1,7 +1,8 @@
 """The fanned-out process step of a batch job (increments/execution/partitioned.py):
 
-    read       read_batch, then split_batch: each state partition's input rows staged as a slice;
-               one dynamic output per partition (mapping key p0, p1, ...)
+    read       read_batch, then split_batch: each state partition's input rows staged as a slice
+               (a stateless query: row ranges of every input); one dynamic output per partition
+               (mapping key p0, p1, ...)
     partition  (one op per partition; any process or machine the executor picks) opens its
                partition's state at N-1, runs the operators on its slice, commits the partition
                as version N under this attempt's token, stages its output; retried alone on
@@ -26,7 +27,8 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
 
     @dg.op(name=f"{k}__read_split", ins={"batch": dg.In(dict)}, out=dg.DynamicOut(dict), retry_policy=policy,
            description="Read (start, end] of every source; stage each state partition's input rows "
-                       "(the stateless operators below the stateful one, hashed by its key).")
+                       "(the stateless operators below the stateful one, hashed by its key; a stateless "
+                       "query: contiguous row ranges of every input).")
     def read_split_op(context, batch: dict):
         from increments.execution import partitioned, steps
         n = batch["batch_id"]

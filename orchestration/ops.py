@@ -217,8 +217,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
            "read": _step("read", "read_batch", "Read (start, end] of every source; stage the rows."),
            "process": _step("process", "process_batch", "Operators over the rows; state N-1 -> N."
                             + (f" Not fanned out per state partition: {spec.fanout_reason}."
-                               if spec.fanout_reason and "stateless" not in spec.fanout_reason
-                               and "fanout is off" not in spec.fanout_reason else "")),
+                               if spec.fanout_reason and "fanout is off" not in spec.fanout_reason else "")),
            "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
            "commit": commit_op}
     if spec.fanout:

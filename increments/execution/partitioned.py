@@ -24,6 +24,10 @@ placeholder that refuses reads and writes of keys (a routing error fails the bat
 reading or writing the wrong state). Chained stateful operators, joins, session and sliding
 windows and transform_with_state need rows or state of several partitions per input row:
 `fanout_reason` names why, and the runner keeps the one process step for them.
+
+A stateless plan fans out too: split cuts every staged input into n contiguous row ranges (n =
+the state partitions setting) and op p runs the whole plan over range p of each input; join
+concatenates the outputs in order, so the batch's output rows keep their order.
 """
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ def fanout_reason(plan: Any) -> str | None:
     from ..operators.aggregate import WindowAggregateOp
     from ..operators.dedup import DeduplicateOp
     if not plan.stateful_ops:
-        return "a stateless query has no state partitions (its process step runs in one op)"
+        return None                            # stateless: row-range slices of every input
     if len(plan.stateful_ops) > 1:
         return ("chained stateful operators: the second one's input depends on the first one's state, "
                 "of every partition")
@@ -104,13 +108,25 @@ def _ctx_metrics(ctx: BatchContext) -> dict[str, Any]:
 
 
 def split_batch(rt: Any, plan: Any) -> dict[str, Any]:
-    """Run the stateless subtree below S; stage S's input rows per partition (see module doc)."""
+    """Run the stateless subtree below S; stage S's input rows per partition (see module doc).
+    A stateless plan: every input's rows cut into n contiguous ranges (slice p of each input)."""
     from ..operators.state_util import split_by_partition
     t0 = time.perf_counter()
     e = plan.entry
     s = stateful_op(rt.plan)
     n = rt.state.partitions
     inputs = {i: rt.staging.get_table(e.batch_id, f"input_{i}") for i in range(len(rt.sources))}
+    if s is None:
+        counts = [0] * n
+        for i, table in inputs.items():
+            step = -(-table.num_rows // n) if table.num_rows else 0
+            for p in range(n):
+                part = table.slice(min(p * step, table.num_rows), step) if step else table
+                rt.staging.put_table(e.batch_id, f"slice_{p}_in{i}", part)
+                counts[p] += part.num_rows
+        info = {"partitions": n, "rows": counts, "stateless": True, "split_ms": int((time.perf_counter() - t0) * 1000)}
+        rt.staging.put_json(e.batch_id, "split", info)
+        return info
     ctx = _context(rt, e, inputs, rt.state)
     rows = s.children[0].execute(ctx)
     ids = partition_of_rows(s, rows, n)
@@ -212,6 +228,8 @@ def process_partition(rt: Any, plan: Any, p: int) -> dict[str, Any]:
     e = plan.entry
     check_owner(rt, e.batch_id, f"process (partition {p})")
     s = stateful_op(rt.plan)
+    if s is None:
+        return _process_rows(rt, e, p, t0)
     state = PartitionStateManager(rt.state, p)
     state.begin(e.batch_id, _base_tokens(rt, e.batch_id))
     ctx = _context(rt, e, {}, state)
@@ -236,6 +254,21 @@ def process_partition(rt: Any, plan: Any, p: int) -> dict[str, Any]:
             "num_input_rows": _slice_rows(s), "num_output_rows": output.num_rows,
             "num_state_rows": metrics["num_rows_total"], "process_ms": int((time.perf_counter() - t0) * 1000),
             **_ctx_metrics(ctx)}
+    rt.staging.put_json(e.batch_id, f"process_{p}", info)
+    return info
+
+
+def _process_rows(rt: Any, e: Any, p: int, t0: float) -> dict[str, Any]:
+    """Slice p of a stateless plan: the whole plan over slice p of every input."""
+    inputs = {i: rt.staging.get_table(e.batch_id, f"slice_{p}_in{i}") for i in range(len(rt.sources))}
+    ctx = _context(rt, e, inputs, rt.state)
+    output = rt.plan.root.execute(ctx)
+    if output.schema != rt.plan.output_schema and output.num_rows == 0:
+        output = rt.plan.output_schema.empty_table()
+    rt.staging.put_table(e.batch_id, f"output_{p}", output)
+    info = {"partition": p, "state_versions": {}, "state_tokens": {}, "state_operators": [],
+            "num_input_rows": sum(t.num_rows for t in inputs.values()), "num_output_rows": output.num_rows,
+            "num_state_rows": 0, "process_ms": int((time.perf_counter() - t0) * 1000), **_ctx_metrics(ctx)}
     rt.staging.put_json(e.batch_id, f"process_{p}", info)
     return info
 
@@ -271,7 +304,8 @@ def join_partitions(rt: Any, plan: Any) -> dict[str, Any]:
             cur[info["partition"]] = ts[info["partition"]]
     info = {
         "event_time": merged["event_time"], "state_versions": parts[0]["state_versions"], "state_tokens": tokens,
-        "next_timers": {}, "state_operators": _merge_operators([p["state_operators"] for p in parts], merged),
+        "next_timers": {}, "state_operators": (_merge_operators([p["state_operators"] for p in parts], merged)
+                                               if parts[0]["state_operators"] else []),
         "warnings": merged["warnings"], "dead_letters": merged["dead_letters"],
         "static_versions": merged["static_versions"],
         "process_ms": split.get("split_ms", 0) + max(p["process_ms"] for p in parts),

@@ -122,3 +122,29 @@ def test_executor_is_the_querys_choice(tmp_path):
     assert build_definitions([(q, {"executor": custom})]).get_job_def("ex_batch").executor_def is custom
     with pytest.raises(ValueError, match="executor='threads'"):
         build_definitions([(q, {"executor": "threads"})])
+
+
+def test_stateless_query_fans_out_over_row_ranges(tmp_path):
+    root = str(tmp_path)
+    _inputs(root, 2)
+
+    def copy():
+        frame = inc.read_stream.files(os.path.join(root, "in"), "json", "campaign_id STRING, event_time TIMESTAMP",
+                                      max_files_per_trigger=1).filter("campaign_id <> 'c3'")
+        return (frame.write_stream.format("parquet").output_mode("append").option("state_partitions", PARTS)
+                .checkpoint_location(os.path.join(root, "chk", "copy")).query_name("copy")
+                .trigger(processing_time="1 minute"))
+    defs = build_definitions([(copy, {"path": os.path.join(root, "out"), "sensor_status": "stopped", "fanout": True})],
+                             asset_root=root)
+    job = defs.get_job_def("copy_batch")
+    inst = dg.DagsterInstance.ephemeral()
+    runs = _drain(job, inst)
+    assert [r.tags["increments/outcome"] for r in runs] == ["committed", "committed", "idle"]
+    assert sorted(s for s in _steps(inst, runs[0].run_id, "STEP_SUCCESS") if s.startswith("partition")) == \
+        [f"partition[p{p}]" for p in range(PARTS)]
+    got = inc.read.parquet_sink(os.path.join(root, "out")).to_pylist()
+    rows = [json.loads(line) for f in sorted(os.listdir(os.path.join(root, "in")))
+            for line in open(os.path.join(root, "in", f))]
+    assert sorted(r["campaign_id"] + r["event_time"].isoformat() for r in got) == sorted(
+        r["campaign_id"] + dt.datetime.fromisoformat(r["event_time"].replace("Z", "+00:00")).isoformat()
+        for r in rows if r["campaign_id"] != "c3")
