@@ -19,5 +19,6 @@ echo "== hourly clicks: 2,000,000 events in 20 files, and the same in Kafka"
 $PY bench/hourly_clicks.py --kafka ${SPARK_PYTHON:+--spark-python "$SPARK_PYTHON"}
 echo "== stream-stream join vs DuckDB one-shot join"; $PY bench/join_throughput.py
 echo "== Kafka read + parse vs raw consume"; $PY bench/kafka_read.py
+echo "== adaptive batch sizing vs every fixed max_files_per_trigger"; $PY bench/adaptive_batches.py
 echo "== state store commit latency"; $PY bench/state_commit.py --large "$LARGE"
 echo "== Dagster: batch run vs empty one-op run"; $PY bench/dagster_overhead.py

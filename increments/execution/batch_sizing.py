@@ -10,7 +10,11 @@ size and commits[N]'s duration:
     d = commits[N]'s duration (plan + read + process + write + commit, ms), s = offsets[N]'s size
     d > target (a slow batch)                                  -> back off: s * target / d * BACKOFF
     the batch was full (read s units) and d <= target          -> grow toward s * target / d,
-                                                                  at most GROWTH x s
+                                                                  at most GROWTH (8) x s: a
+                                                                  batch that took <= 1/8 of the
+                                                                  target is 8x bigger, so a
+                                                                  backlog reaches full-size batches
+                                                                  in a few batches (1, 8, 64, ...)
     the batch was not full (the backlog ran out)               -> keep s (an idle stream does not
                                                                   grow the size without bound)
 Sizes are at least 1. Units: files for the file and Delta sources (the read step reports the
@@ -27,7 +31,7 @@ from ..durations import parse_duration_ms
 
 DEFAULT_TARGET = "30 seconds"
 INITIAL = {"files": 1, "offsets": 1000}
-GROWTH = 2.0
+GROWTH = 8.0
 BACKOFF = 0.8
 
 
