@@ -96,3 +96,19 @@ def test_redo_after_sigkill_reads_the_recorded_range(tmp_path):
     assert sorted({r["f"] for r in batch2}) == list(range(9, 30))   # exactly files 9..29
     ids = [json.loads(x)["id"] for b in sorted(os.listdir(out)) for x in open(os.path.join(out, b))]
     assert sorted(ids) == sorted(f * 100 + r for f in range(30) for r in range(ROWS))
+
+
+def test_delta_source_auto(tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    table = str(tmp_path / "bronze")
+    for v in range(12):                                    # 12 commits of one file each
+        write_deltalake(table, pa.table({"id": [v * 10 + r for r in range(ROWS)]}), mode="append")
+    chk = str(tmp_path / "chk")
+    got = []
+    q = (inc.read_stream.delta(table, max_files_per_trigger="auto").write_stream
+         .foreach_batch(lambda t, b: got.append(t.num_rows)).checkpoint_location(chk).query_name("delta_auto")
+         .trigger(available_now=True).start())
+    q.await_termination()
+    assert _sizes(chk) == [1, 8, 64]                       # default target: 30 seconds
+    assert got == [ROWS, 8 * ROWS, 3 * ROWS]
