@@ -116,10 +116,9 @@ class DataFrameReader:
         storage.remember_secrets(storage_options)
         opts = dict(storage_options or {}) or None
 
-        def load():
-            from deltalake import DeltaTable
-            dt = DeltaTable(path, storage_options=opts)
-            return dt.to_pyarrow_table(), dt.version()
+        def load():     # not DeltaTable.to_pyarrow_table(): it can abort the process at exit (sinks/delta.py)
+            from ..sinks.delta import read_table
+            return read_table(path, opts)
 
         def schema():
             from deltalake import DeltaTable

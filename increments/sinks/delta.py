@@ -45,6 +45,24 @@ def open_table(path: str, storage_options: dict | None = None):
         return None
 
 
+def read_table(path: str, storage_options: dict | None = None):
+    """(the Delta table at `path` as a pyarrow Table of its schema, its version), read by deltalake's
+    own engine (QueryBuilder).
+
+    Not DeltaTable.to_pyarrow_table(): that scans through a Python filesystem (deltalake's
+    DeltaStorageHandler) with Parquet pre-buffering, so Arrow's IO threads hold Python buffers
+    (arrow::py::PyBuffer) after the read returns; one released while the interpreter exits calls
+    PyGILState_Ensure, which then ends the thread with pthread_exit, and unwinding through the noexcept
+    destructor calls std::terminate: the process aborts (SIGABRT, exit 134, "terminate called
+    without an active exception") after a good run, in about one exit in six here (pyarrow 26.0.1,
+    deltalake 1.6, Python 3.11; see tests/sinks/test_delta_exit.py)."""
+    from deltalake import DeltaTable, QueryBuilder
+    dt = DeltaTable(path, storage_options=storage_options)
+    schema = pa.schema(dt.schema().to_arrow())
+    got = pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+    return got.select(schema.names).cast(schema), dt.version()
+
+
 def transaction_version(path: str, app_id: str, storage_options: dict | None = None) -> int | None:
     """The last batch id committed by `app_id` into the Delta table at `path` (None: none, or no table)."""
     dt = open_table(path, storage_options)
@@ -81,6 +99,11 @@ class DeltaSink(Sink):
 
     def _table(self):
         return open_table(self.path, self.storage_options)
+
+    def holds_query(self, query_id: str) -> bool | None:
+        """True when the table holds a commit of this query id (its app transaction)."""
+        dt = self._table()
+        return dt is not None and dt.transaction_version(query_id) is not None
 
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip when the table holds this query's batch, else one commit."""

@@ -1,0 +1,65 @@
+"""Issue 15 item 9: a process that wrote Delta tables on a worker thread and then reads one on the
+main thread must exit 0. DeltaTable.to_pyarrow_table() scans through deltalake's Python filesystem
+with Parquet pre-buffering; Arrow IO threads that release those Python buffers while the
+interpreter exits abort the process (SIGABRT, "terminate called without an active exception") in
+about one exit in six. increments reads Delta tables with deltalake's own engine instead
+(sinks/delta.read_table, inc.read.delta(...).load()). The abort is intermittent: each script runs
+several times, and every run must exit 0."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+RUNS = 8
+
+ALONE = textwrap.dedent("""
+    import sys, tempfile, threading
+    from deltalake import DeltaTable, write_deltalake     # deltalake first, as a user's script may
+    import pyarrow as pa
+    from increments.sinks.delta import read_table
+    d = tempfile.mkdtemp()
+    def work():
+        for i in range(2):
+            write_deltalake(d, pa.table({"x": [i]}), mode="append")
+            DeltaTable(d).transaction_version("app")
+    t = threading.Thread(target=work); t.start(); t.join()
+    table, version = read_table(d)
+    print(table.num_rows, version)
+""")
+
+QUERY = textwrap.dedent("""
+    import json, os, sys, tempfile
+    from deltalake import DeltaTable
+    import increments as inc
+    d = tempfile.mkdtemp()
+    os.makedirs(f"{d}/in")
+    for k in range(3):
+        with open(f"{d}/in/f{k}.json", "w") as f:
+            f.write(json.dumps({"id": k, "v": json.dumps({"n": k}) if k != 1 else "{bad"}) + "\\n")
+    q = (inc.read_stream.files(f"{d}/in", "json", "id BIGINT, v STRING", max_files_per_trigger=1)
+         .parse_json("n BIGINT", column="v", dead_letter=inc.dead_letter.delta(f"{d}/dlq"))
+         .write_stream.format("delta").checkpoint_location(f"{d}/chk").trigger(available_now=True)
+         .start(f"{d}/out"))
+    q.await_termination()           # the Delta writes ran on the query's thread
+    out, dlq = inc.read.delta(f"{d}/out").load(), inc.read.delta(f"{d}/dlq").load()
+    print(json.dumps([sorted(out.column("n").to_pylist()), dlq.num_rows]))
+""")
+
+
+def _run(script: str) -> list[subprocess.CompletedProcess]:
+    return [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+            for _ in range(RUNS)]
+
+
+def test_deltalake_alone_writes_on_a_thread_then_a_read_on_main_exits_0():
+    runs = _run(ALONE)
+    assert [r.returncode for r in runs] == [0] * RUNS, [r.stderr[-500:] for r in runs if r.returncode]
+    assert all(r.stdout.split() == ["2", "1"] for r in runs)
+
+
+def test_a_query_with_delta_sink_and_dead_letter_table_then_reads_exits_0():
+    runs = _run(QUERY)
+    assert [r.returncode for r in runs] == [0] * RUNS, [r.stderr[-500:] for r in runs if r.returncode]
+    assert all(json.loads(r.stdout) == [[0, 2], 1] for r in runs)
