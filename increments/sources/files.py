@@ -306,7 +306,8 @@ class FileSource(Source):
         """Before reading entries (start, end]: the files of entry `start` (the batch before read them)
         must be as they were read: a file that grew or was rewritten since holds rows no batch will
         read (each file is read once). DataLossError naming the file, or with fail_on_data_loss=False
-        a warning (returns the changed files). This batch's files that changed since they were listed
+        a warning (returns the changed files). A local file counts as changed when its size
+        changed (a new mtime alone is logged, not refused), an object when its size or etag did. This batch's files that changed since they were listed
         (a file fixed after a failed batch) are read as they are now, and their facts recorded in
         sources/<i>/<n>.read.json, so the next batch compares with what was read."""
         if self._log is None:
@@ -323,8 +324,13 @@ class FileSource(Source):
             facts, got = want.get(name), now.get(name)
             if got is None or got == facts:
                 continue            # gone after it was read: nothing unread is lost
-            what = (f"size {facts[0]} -> {got[0]} bytes" if got[0] != facts[0] else
-                    "rewritten in place: same size, new " + ("modification time" if self.root().is_local else "etag"))
+            if got[0] == facts[0] and self.root().is_local:
+                # same size, new modification time: touched, or rewritten with the same bytes (as
+                # tests and copy tools do); not counted as a change (a local file has no etag)
+                log.info("%s", self.fail(f"file {self.display(name)} has a new modification time but its size is "
+                                         "unchanged since it was read; assuming the same content"))
+                continue
+            what = (f"size {facts[0]} -> {got[0]} bytes" if got[0] != facts[0] else "rewritten in place: same size, new etag")
             msg = (f"file {self.display(name)} changed after the previous batch read it ({what}): the rows written "
                    "to it since were not read and never will be (each file is read once). Files must be complete "
                    "when they land: write each file elsewhere (or under a name starting with '.' or '_', which "
