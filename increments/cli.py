@@ -11,6 +11,15 @@ or a query name registered in the module $INCREMENTS_QUERIES (default examples.q
 writer gives the checkpoint, its storage_options and log_url. The log URL: --log-url, else the
 query's log_url option, else $INCREMENTS_LOG_URL, else the SQLite file in a local checkpoint.
 Nothing printed carries a secret: locations are shown redacted, the log URL is never shown.
+
+    increments migrate-log <checkpoint> --to URL [--from URL] [--storage-option KEY=VALUE ...]
+
+copies a query's offsets/commits log (offsets, commits, drains and the log's identity row of the
+checkpoint's query id) into the log at --to (another database, e.g. from the embedded SQLite file to
+PostgreSQL), then records the new log in the checkpoint's log.json. Run it while the query is
+stopped, then restart the query with the log_url option set to the new URL. --from defaults to the
+log the checkpoint uses without a log_url option ($INCREMENTS_LOG_URL, else its log.sqlite). A
+target that already holds rows of the query is refused.
 """
 from __future__ import annotations
 
@@ -139,6 +148,69 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def migrate_log(checkpoint: Any, to_url: str, from_url: str | None = None,
+                storage_options: dict[str, Any] | None = None) -> dict[str, int]:
+    """Copy the log rows of the checkpoint's query from `from_url` to `to_url` (see the module doc);
+    returns the rows copied per table."""
+    import sqlalchemy as sa
+
+    from . import storage
+    from .checkpoint.drains import DRAINS
+    from .checkpoint.identity import LOG_FILE, QUERIES, Identities, describe_url, read_log_file
+    from .checkpoint.log import BatchLog, resolve_log_url
+    from .checkpoint.metadata import read_metadata
+    loc = storage.location(checkpoint, storage_options)
+    meta = read_metadata(loc)
+    if meta is None:
+        raise SystemExit(f"increments migrate-log: {loc.url} is not a query checkpoint (no metadata.json)")
+    qid = meta["id"]
+    src = BatchLog(resolve_log_url(from_url, loc), qid)
+    dst = BatchLog(resolve_log_url(to_url, loc), qid)
+    Identities(src.engine), Identities(dst.engine)
+    DRAINS.create(src.engine, checkfirst=True)
+    DRAINS.create(dst.engine, checkfirst=True)
+    tables = [src.offsets.table, src.commits.table, DRAINS, QUERIES]
+    recorded = read_log_file(loc)
+    ident = Identities(src.engine).get(qid)
+    if ident is not None and ident.get("moved_to"):
+        from .checkpoint.identity import show
+        raise SystemExit(f"increments migrate-log: this log of query id {qid} was already copied to "
+                         f"{show(ident['moved_to'])}; nothing was copied")
+    if recorded is not None and (ident is None or ident["log_id"] != recorded.get("log_id")):
+        raise SystemExit(f"increments migrate-log: the log given as the source does not hold the history of query "
+                         f"id {qid} that {loc.join(LOG_FILE)} names; pass the original log with --from")
+    with dst.engine.connect() as c:
+        if any(c.execute(sa.select(sa.func.count()).select_from(t).where(t.c.query_id == qid)).scalar() for t in tables):
+            raise SystemExit(f"increments migrate-log: the target log already holds rows of query id {qid}; "
+                             "nothing was copied")
+    copied = {}
+    with src.engine.connect() as r, dst.engine.begin() as w:
+        for t in tables:
+            rows = [dict(row._mapping) for row in r.execute(sa.select(t).where(t.c.query_id == qid))]
+            if rows:
+                w.execute(t.insert(), rows)
+            copied[t.name] = len(rows)
+    if copied.get(QUERIES.name):
+        ident = Identities(dst.engine).get(qid)
+        loc.write_json(LOG_FILE, {"log_id": ident["log_id"], "query_id": qid, **describe_url(dst.url)})
+        Identities(src.engine).mark_moved(qid, describe_url(dst.url))   # the old log is refused from now on
+    return copied
+
+
+def cmd_migrate_log(args: argparse.Namespace) -> int:
+    from . import storage
+    from .errors import IncrementsError
+    opts = _storage_options(args.storage_option)
+    storage.remember_secrets(opts)
+    try:
+        copied = migrate_log(args.checkpoint, args.to, args.from_url, opts)
+    except IncrementsError as e:
+        raise SystemExit(f"increments migrate-log: {storage.redact(str(e))}") from None
+    print("copied " + ", ".join(f"{n} rows of {t}" for t, n in copied.items()) +
+          ". Restart the query with the option log_url set to the new log.")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="increments", description="increments streaming queries")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -149,9 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--limit", type=int, default=50, help="how many recent batches (default 50)")
     h.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                    help="an object-store option (delta-rs' names), e.g. aws_endpoint_url=...; repeatable")
+    m = sub.add_parser("migrate-log", help="copy a query's offsets/commits log to another database")
+    m.add_argument("checkpoint", help="the query's checkpoint directory or URL")
+    m.add_argument("--to", required=True, help="SQLAlchemy URL of the new log")
+    m.add_argument("--from", dest="from_url", help="SQLAlchemy URL of the current log (default: the checkpoint's)")
+    m.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="an object-store option (delta-rs' names); repeatable")
     args = p.parse_args(argv)
     if args.cmd == "history":
         return cmd_history(args)
+    if args.cmd == "migrate-log":
+        return cmd_migrate_log(args)
     return 2
 
 

@@ -27,7 +27,12 @@ class ConcurrentRunError(IncrementsError):
 
 
 class IncompatibleCheckpointError(IncrementsError):
-    """A restart asked for something the checkpoint fixed at its first run."""
+    """A restart asked for something the checkpoint fixed at its first run, or the checkpoint and
+    its log (or its own files) do not belong together."""
+
+
+class CheckpointAccessError(IncrementsError, OSError):
+    """The checkpoint location cannot be read or written (the path and the OS's reason named)."""
 
 
 class StreamingQueryException(IncrementsError):

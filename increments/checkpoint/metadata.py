@@ -61,22 +61,11 @@ class CheckpointMetadata:
         """
         from ..storage import location as make_location
         loc = make_location(location)
-        try:
-            loc.write_json("metadata.json", {"id": str(uuid.uuid4()), "name": name,
-                                             "created_at_ms": int(time.time() * 1000)}, create_only=True)
-        except FileExistsError:
-            pass
-        meta = loc.read_json("metadata.json")
+        meta = create_metadata(loc, name)
         conf = json.loads(json.dumps(conf))  # compare as stored (tuples -> lists)
         for _ in range(2):
             fixed = _read_conf(loc)
-            changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
-            if changed:
-                what = "; ".join(f"{k}: checkpoint has {old!r}, this start asks for {new!r}" for k, old, new in changed)
-                raise IncompatibleCheckpointError(
-                    f"query {name or meta['id']!r}: the checkpoint at {loc.url} was started with a different "
-                    f"configuration ({what}). These are fixed at the first run. Keep the original values, or start "
-                    f"the changed query on a new checkpoint location and backfill it from the sources.")
+            check_conf(loc, name or meta["id"], fixed, conf)
             if all(k in fixed for k in conf):
                 break
             try:    # the first start creates conf.json create-only: of two first starters, one conf wins
@@ -87,9 +76,54 @@ class CheckpointMetadata:
         return cls(loc, meta["id"], meta["created_at_ms"], {**conf, **fixed})
 
 
+def create_metadata(loc: Location, name: str | None, query_id: str | None = None,
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """metadata.json, written create-only with a new query id (or `query_id`) when there is none."""
+    try:
+        loc.write_json("metadata.json", {"id": query_id or str(uuid.uuid4()), "name": name,
+                                         "created_at_ms": int(time.time() * 1000), **(extra or {})},
+                       create_only=True)
+    except FileExistsError:
+        pass
+    meta = read_metadata(loc)
+    assert meta is not None
+    return meta
+
+
+def check_conf(loc: Location, who: str, fixed: dict[str, Any], conf: dict[str, Any]) -> None:
+    """IncompatibleCheckpointError when a key of `conf` has another value in the fixed conf; the
+    plan fingerprint ("plan") is compared part by part, naming what differs."""
+    changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
+    if not changed:
+        return
+    parts = []
+    for k, old, new in changed:
+        if k == "plan" and isinstance(old, dict) and isinstance(new, dict):
+            parts += [f"{part}: checkpoint has {old.get(part)!r}, this start has {new.get(part)!r}"
+                      for part in sorted(set(old) | set(new)) if old.get(part) != new.get(part)]
+        else:
+            parts.append(f"{k}: checkpoint has {old!r}, this start asks for {new!r}")
+    raise IncompatibleCheckpointError(
+        f"query {who!r}: the checkpoint at {loc.url} was started with a different query or configuration "
+        f"({'; '.join(parts)}). The sources, stateful operators and their keys, the sink, the state provider and "
+        f"the number of state partitions are fixed at the first run. Keep the original query and values, or start "
+        f"the changed query on a new checkpoint location and backfill it from the sources.")
+
+
+def _read_json_file(loc: Location, name: str, what: str) -> Any:
+    """The JSON of `name` (FileNotFoundError when absent); a file that is not JSON fails naming it."""
+    data = loc.read_bytes(name)
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise IncompatibleCheckpointError(
+            f"{loc.join(name)} ({what}) is not valid JSON ({e}); it was damaged or written by something else. "
+            f"Restore it from a backup of the checkpoint, or start the query on a new checkpoint location.") from None
+
+
 def _read_conf(loc: Location) -> dict[str, Any]:
     try:
-        return loc.read_json("conf.json")
+        return _read_json_file(loc, "conf.json", "the checkpoint's fixed configuration")
     except FileNotFoundError:
         return {}
 
@@ -97,7 +131,13 @@ def _read_conf(loc: Location) -> dict[str, Any]:
 def read_metadata(location: Location | str) -> dict[str, Any] | None:
     """The checkpoint's metadata.json (id, name, created_at_ms), or None when there is none."""
     from ..storage import location as make_location
+    loc = make_location(location)
     try:
-        return make_location(location).read_json("metadata.json")
+        meta = _read_json_file(loc, "metadata.json", "the query id")
     except FileNotFoundError:
         return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("id"), str):
+        raise IncompatibleCheckpointError(
+            f"{loc.join('metadata.json')} holds no query id ({{\"id\": ...}}); restore it from a backup of the "
+            "checkpoint, or start the query on a new checkpoint location.")
+    return meta

@@ -10,7 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkpoint.log import BatchLog, open_log
+from ..checkpoint.identity import open_checkpoint
+from ..checkpoint.log import BatchLog
 from ..checkpoint.metadata import CheckpointMetadata
 from ..errors import AnalysisException
 from ..plan.compiler import CompiledPlan, Compiler
@@ -131,16 +132,23 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     for op in plan.stateful_ops:
         conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
     name = settings.query_name or opts.get("query_name")
-    meta = CheckpointMetadata.open(checkpoint, name, conf)
-    name = name or meta.query_id
-    log = open_log(log_url, checkpoint, meta.query_id, name)
     sink = settings.sink or make_sink(settings)
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
+    conf["plan"] = plan_fingerprint(plan, sink)
     key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
-    sink.open(SinkContext(meta.query_id, name, settings.output_mode, checkpoint, key_columns=key_columns,
-                          storage_options=storage_options))
+
+    def sink_context(query_id: str) -> SinkContext:
+        return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
+                           storage_options=storage_options)
+
+    def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json was lost
+        sink.open(sink_context(query_id))
+        return sink.holds_query(query_id)
+    meta, log = open_checkpoint(checkpoint, name, conf, log_url, sink_agrees)
+    name = name or meta.query_id
+    sink.open(sink_context(meta.query_id))
     for i, src in enumerate(plan.sources):
         src.open(checkpoint, i, name, storage_options)
     state = StateManager(checkpoint, provider, partitions, changelog, opts.get("local_dir"))
@@ -148,6 +156,22 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     if staging == "disk":
         rt.staging = DiskStaging(checkpoint.child("staging"), lambda: rt.run_id)
     return rt
+
+
+def plan_fingerprint(plan: CompiledPlan, sink: Sink) -> dict[str, Any]:
+    """What makes a checkpoint this query's (fixed at the first run, compared at every start): its
+    sources, its stateful operators with their keys, its sink. Stateless steps (select, filter)
+    may change, as in Spark."""
+    def source(src: Any) -> str:
+        return "MemoryStream" if type(src).__name__ == "MemorySource" else src.description
+
+    def op(o: Any) -> str:
+        keys = getattr(o, "key_columns", None)
+        return f"{o.operator_id}:{o.operator_name}" + (f" keys={list(keys)}" if keys else "")
+    kind = type(sink).__name__
+    return {"sources": [source(s) for s in plan.sources],
+            "stateful_operators": [op(o) for o in plan.stateful_ops],
+            "sink": kind if kind in ("MemorySink", "ConsoleSink", "ForeachBatchSink") else sink.description}
 
 
 def _with_own_sources(node: Any, storage_options: dict[str, Any] | None = None) -> Any:

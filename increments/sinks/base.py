@@ -47,5 +47,10 @@ class Sink(ABC):
     @abstractmethod
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult: ...
 
+    def holds_query(self, query_id: str) -> bool | None:
+        """Does the sink hold output written by this query id? None: the sink cannot tell. (Asked
+        after open() when a checkpoint lost its metadata.json; see checkpoint/identity.py.)"""
+        return None
+
     def close(self) -> None:
         pass

@@ -52,6 +52,14 @@ class ParquetSink(Sink):
         self.loc = storage.location(self.path, {**(getattr(ctx, "storage_options", None) or {}),
                                                 **self.own_storage_options})
 
+    def holds_query(self, query_id: str) -> bool | None:
+        """True when a published batch's manifest names this query id."""
+        assert self.loc is not None, "open() the sink first"
+        for o in self.loc.list("_manifest/"):
+            if o.name.endswith(".json") and json.loads(self.loc.read_bytes(o.name)).get("query_id") == query_id:
+                return True
+        return False
+
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip a published batch, else data object then manifest, create-only."""
         loc = self.loc

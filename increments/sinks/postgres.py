@@ -112,6 +112,15 @@ class PostgresSink(Sink):
             self._engine.dispose()
             self._engine = None
 
+    def holds_query(self, query_id: str) -> bool | None:
+        """True when the marker table has a batch of this query id for this table."""
+        with self.engine().connect() as conn:
+            if not sa.inspect(conn).has_table(MARKER):
+                return False
+            last = conn.execute(sa.text(f"SELECT last_batch_id FROM {MARKER} WHERE query_id = :q AND target = :t"),
+                                {"q": query_id, "t": self.table}).scalar()
+        return last is not None and last >= 0
+
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """One transaction: marker check -> rows -> marker = batch_id (module doc)."""
         table = flatten(table)
