@@ -31,6 +31,10 @@ class IncompatibleCheckpointError(IncrementsError):
     its log (or its own files) do not belong together."""
 
 
+class SinkSchemaError(IncrementsError):
+    """The sink's table does not fit the query's output (columns named)."""
+
+
 class CheckpointAccessError(IncrementsError, OSError):
     """The checkpoint location cannot be read or written (the path and the OS's reason named)."""
 

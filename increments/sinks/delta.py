@@ -107,7 +107,6 @@ class DeltaSink(Sink):
 
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip when the table holds this query's batch, else one commit."""
-        from deltalake import write_deltalake
         app_id = self.ctx.query_id
         dt = self._table()
         if dt is not None:
@@ -115,7 +114,6 @@ class DeltaSink(Sink):
             if done is not None and int(done) >= batch_id:
                 return SinkResult(0, version=dt.version(), skipped_replay=True)
         mode = self.ctx.output_mode
-        props = commit_properties(app_id, batch_id)
         if mode == "append" and table.num_rows == 0:
             return SinkResult(0, version=dt.version() if dt is not None else None)
         if mode == "update" and dt is not None:
@@ -124,7 +122,29 @@ class DeltaSink(Sink):
                 raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
             if table.num_rows == 0:
                 return SinkResult(0, version=dt.version())
-            pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+        try:
+            self._commit(dt, batch_id, table)
+        except Exception as e:  # noqa: BLE001 - a table another writer changed: name the columns
+            if dt is None or mode == "complete":
+                raise
+            diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
+            if not diff:
+                raise
+            from ..errors import SinkSchemaError
+            raise SinkSchemaError(
+                f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
+                f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
+                f"written. Restore the table's schema, change the query to write those columns, or write to a new "
+                f"table (with a new checkpoint). [{storage.redact(str(e))}]") from None
+        version = self._table().version()
+        return SinkResult(table.num_rows, version=version)
+
+    def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
+        from deltalake import write_deltalake
+        mode = self.ctx.output_mode
+        props = commit_properties(self.ctx.query_id, batch_id)
+        if mode == "update" and dt is not None:
+            pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.ctx.key_columns)
             (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props)
                .when_matched_update_all().when_not_matched_insert_all().execute())
         else:
@@ -132,5 +152,22 @@ class DeltaSink(Sink):
                             partition_by=self.partition_by if dt is None else None, commit_properties=props,
                             storage_options=self.storage_options,
                             schema_mode="overwrite" if mode == "complete" else None)
-        version = self._table().version()
-        return SinkResult(table.num_rows, version=version)
+
+
+def schema_difference(table_schema: pa.Schema, output: pa.Schema) -> list[str]:
+    """What differs between a Delta table's schema and the query's output, column by column."""
+    out = []
+    for f in table_schema:
+        if f.name not in output.names:
+            out.append(f"column {f.name!r} ({f.type}) is in the table but not in the query's output")
+        elif not _same_type(output.field(f.name).type, f.type):
+            out.append(f"column {f.name!r} is {f.type} in the table but {output.field(f.name).type} in the output")
+    out += [f"column {f.name!r} ({f.type}) of the output is not in the table" for f in output
+            if f.name not in table_schema.names]
+    return out
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    norm = {pa.large_string(): pa.string(), pa.string_view(): pa.string(), pa.large_binary(): pa.binary(),
+            pa.binary_view(): pa.binary()}
+    return norm.get(a, a) == norm.get(b, b) or (pa.types.is_timestamp(a) and pa.types.is_timestamp(b))

@@ -124,6 +124,7 @@ class PostgresSink(Sink):
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """One transaction: marker check -> rows -> marker = batch_id (module doc)."""
         table = flatten(table)
+        self._refuse_nul(batch_id, table)
         keys = list(self.ctx.key_columns)
         mode = self.ctx.output_mode
         if mode == "update" and not keys:
@@ -147,6 +148,25 @@ class PostgresSink(Sink):
             conn.execute(sa.text(f"UPDATE {MARKER} SET last_batch_id = :b WHERE query_id = :q AND target = :t"),
                          {"b": batch_id, "q": self.ctx.query_id, "t": self.table})
         return SinkResult(table.num_rows, version=batch_id)
+
+    def _refuse_nul(self, batch_id: int, table: pa.Table) -> None:
+        """PostgreSQL text cannot hold a NUL character: SinkSchemaError naming the column, the row
+        of the batch's output and its values (before anything is written)."""
+        from ..errors import SinkSchemaError
+        for name in table.column_names:
+            col = table.column(name)
+            if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                continue
+            hits = pc.match_substring(col, "\x00")
+            if not pc.any(hits).as_py():
+                continue
+            row = int(pc.index(hits, True).as_py())
+            values = {k: v for k, v in table.slice(row, 1).to_pylist()[0].items()}
+            raise SinkSchemaError(
+                f"{self.description}, batch {batch_id}: column {name!r} of output row {row} holds a NUL character "
+                f"(\\x00), which PostgreSQL text cannot store; the row: {values!r}. Nothing of the batch was written. "
+                f"Fix the input it came from, or remove the character in the query (e.g. "
+                f"with_column({name!r}, \"replace({name}, chr(0), '')\")).")
 
     def _create(self, conn, schema: pa.Schema, keys: list[str]) -> None:
         cols = ", ".join(f"{_q(f.name)} {pg_type(f.type)}" for f in schema)
