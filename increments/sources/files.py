@@ -62,6 +62,9 @@ READ_AHEAD_BATCHES = 2
 READ_AHEAD_BYTES = 128 << 20
 #: a batch of at least this many JSON files (none read ahead) is read in one scan (_read_together)
 MULTI_FILE_SCAN_MIN = 8
+#: up to this many files of the batch before and this one are checked for changes with one HEAD each
+#: (_check_unchanged); more with one listing from the entry before them
+HEAD_AT_MOST = 64
 
 
 class FileSource(Source):
@@ -298,6 +301,13 @@ class FileSource(Source):
                 except OSError:
                     now[name] = None
             return want, now
+        if len(want) <= HEAD_AT_MOST:       # a few files (a rate-limited batch): one HEAD each, in parallel
+            from concurrent.futures import ThreadPoolExecutor
+            names = list(want)
+            with ThreadPoolExecutor(min(8, len(names))) as pool:
+                infos = list(pool.map(self.root().head, names))
+            return want, {n: (None if i is None else (i.size, i.etag)) for n, i in zip(names, infos)}
+        # many files (the batch took the whole backlog): one listing from the entry before
         listed = {o.name: (o.size, o.etag) for o in self.root().list("", start_after=self._log.last(entries[0] - 1, self._rel))
                   if o.name in want}
         return want, {name: listed.get(name) for name in want}

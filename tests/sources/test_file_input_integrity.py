@@ -176,3 +176,29 @@ def test_csv_header_missing_a_column_names_it(d):
         f.write("id\n1\n")
     msg = _failure(inp, chk, out, fmt="csv", header=True)
     assert f"{inp}/a.csv, line 1: the header ['id'] has no column 'name'" in msg
+
+
+# -- 4 on S3: size and etag, by HEAD (a rate-limited batch) and by listing (many files) ------------------------
+@pytest.mark.parametrize("files", [2, 70])
+def test_an_object_rewritten_after_it_was_read_fails_the_next_batch_on_s3(s3_bucket, files):
+    from increments import storage
+    from increments.sources.files import FileSource
+    inp = storage.location(f"{s3_bucket}/in")
+    for k in range(files):
+        inp.write_bytes(f"f{k:03d}.json", (json.dumps({"id": k, "name": "n"}) + "\n").encode())
+    src = FileSource(f"{s3_bucket}/in", "json", "id BIGINT, name STRING",
+                     max_files_per_trigger=1 if files == 2 else None)
+    src.open(storage.location(f"{s3_bucket}/chk"), 0, "q")
+    assert src.latest_offset(-1) == 0
+    assert src.read(-1, 0).num_rows == (1 if files == 2 else files)
+    inp.write_bytes("f000.json", (json.dumps({"id": 0, "name": "n"}) + "\n" + json.dumps({"id": 99, "name": "late"})
+                                  + "\n").encode())
+    inp.write_bytes("g.json", (json.dumps({"id": 100, "name": "new"}) + "\n").encode())
+    end = src.latest_offset(0)
+    assert end == 1
+    with pytest.raises(DataLossError, match=rf"file {s3_bucket}/in/f000.json changed after the previous batch read "
+                                            r"it \(size \d+ -> \d+ bytes\)"):
+        src.read(0, end)
+    src.fail_on_data_loss = False
+    assert src.read(0, end).num_rows >= 1
+    assert src.read_metrics["changed_files"] == [f"{s3_bucket}/in/f000.json"]
