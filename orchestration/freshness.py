@@ -1,0 +1,165 @@
+"""Freshness of a query's sink, derived from its trigger: asset check `freshness` on the sink and
+sensor `<q>_freshness`, so a stalled query shows as stale in the UI.
+
+A sink is fresh when the query keeps up with its input, whatever the age of its last write: an
+idle stream (no new data) is fresh. The rule per trigger (grace: option `freshness_grace`, default
+"5 minutes"):
+
+    processing_time P   max_lag = 3 x max(P, sensor interval) + grace
+                        stale iff work is pending (new data, time-based work or a redo) and has
+                        been for longer than max_lag, counted from the later of the last commit
+                        and the first tick that saw it pending (the sensor keeps that in its
+                        cursor; the on-demand check only has the last commit)
+    available_now,      T = the latest tick of the drain schedule's cron at or before now
+    cron C              stale iff work is pending and either no drain started since T - grace
+                        while now > T + grace (the schedule or its sensor did not run), or the
+                        active drain has committed nothing (nor started) for longer than grace
+                        plus one batch's budget (3 x the sensor interval)
+    once                no rule: the check passes, saying so
+
+The sensor (default status as the query's trigger sensor) evaluates every minute and reports an
+AssetCheckEvaluation when the result changes (and at least every 10 minutes), so the check's
+history shows when the query went stale and when it recovered. It asks sources side-effect free
+(runner.pending_work, as the trigger sensor does).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+CHECK = "freshness"
+DEFAULT_GRACE = "5 minutes"
+SENSOR_INTERVAL_S = 60
+REPORT_EVERY_MS = 10 * 60 * 1000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Rule:
+    kind: str                  # "processing_time" | "available_now" | "none"
+    max_lag_ms: int = 0        # processing_time
+    cron: str = ""             # available_now
+    grace_ms: int = 0
+    batch_budget_ms: int = 0
+
+    def describe(self) -> str:
+        if self.kind == "processing_time":
+            return f"pending work is processed within {self.max_lag_ms // 1000} s"
+        if self.kind == "available_now":
+            return (f"a drain starts within {self.grace_ms // 1000} s of each tick of {self.cron!r} and keeps "
+                    "committing until done")
+        return "no freshness rule for this trigger"
+
+
+def rule_for(spec: Any, grace: str | None = None) -> Rule:
+    from increments.durations import parse_duration_ms
+    g = parse_duration_ms(grace or DEFAULT_GRACE)
+    t = spec.trigger
+    tick_ms = max(int(getattr(spec, "sensor_interval_s", 5)) * 1000, 5000)
+    if t.kind == "processing_time":
+        return Rule("processing_time", max_lag_ms=3 * max(int(t.interval_ms), tick_ms) + g, grace_ms=g)
+    if t.kind == "available_now":
+        return Rule("available_now", cron=spec.cron_schedule, grace_ms=g, batch_budget_ms=3 * tick_ms)
+    return Rule("none")
+
+
+def _last_tick_ms(cron: str, now_ms: int) -> int:
+    from dagster._utils.schedules import reverse_cron_string_iterator
+    return int(next(reverse_cron_string_iterator(now_ms / 1000, cron, "UTC")).timestamp() * 1000)
+
+
+def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = None) -> tuple[bool, str, dict]:
+    """(fresh?, description, metadata) of the query behind runtime `rt` at `now_ms`."""
+    from . import runner
+    if rule.kind == "none":
+        return True, rule.describe(), {"pending": False}
+    last = rt.log.latest_commit()
+    last_ms = last.committed_at_ms if last is not None else rt.meta.created_at_ms
+    meta: dict[str, Any] = {"last_commit_batch": last.batch_id if last else None,
+                            "last_commit_age_s": round((now_ms - last_ms) / 1000, 1) if last else None}
+    meta["pending"] = runner.pending_work(rt)
+    if not meta["pending"]:
+        return True, f"caught up: no pending work after batch {last.batch_id if last else '-'}", meta
+    if rule.kind == "processing_time":
+        since = max(last_ms, pending_since_ms or 0)
+        waited = now_ms - since
+        meta.update(pending_for_s=round(waited / 1000, 1), max_lag_s=rule.max_lag_ms // 1000)
+        if waited > rule.max_lag_ms:
+            return False, (f"stale: work has been pending for {waited // 1000} s (> {rule.max_lag_ms // 1000} s "
+                           f"allowed by the trigger); last commit: batch {last.batch_id if last else '-'}"), meta
+        return True, f"work pending for {waited // 1000} s (<= {rule.max_lag_ms // 1000} s)", meta
+    from increments.checkpoint.drains import DrainLog
+    tick = _last_tick_ms(rule.cron, now_ms)
+    recent = DrainLog.for_runtime(rt).recent(1)
+    drain = recent[0] if recent else None
+    meta.update(last_tick=dg.MetadataValue.timestamp(tick / 1000),
+                drain_state=drain.state if drain else None)
+    if now_ms > tick + rule.grace_ms and (drain is None or drain.created_at < tick - rule.grace_ms):
+        return False, (f"stale: no AvailableNow drain started for the tick at {time.strftime('%Y-%m-%d %H:%M', time.gmtime(tick / 1000))} "
+                       f"UTC of {rule.cron!r} (is the schedule running?) and work is pending"), meta
+    if drain is not None and drain.active:
+        progress_ms = max(drain.created_at, last_ms if last else 0)
+        if now_ms - progress_ms > rule.grace_ms + rule.batch_budget_ms:
+            return False, (f"stale: drain {drain.drain_id} is active but nothing committed for "
+                           f"{(now_ms - progress_ms) // 1000} s"), meta
+    return True, "the drain of the latest tick is running or done", meta
+
+
+def _check_name(spec: Any) -> str:
+    return spec.check_name(CHECK)
+
+
+def make_freshness(spec: Any, grace: str | None = None) -> tuple[dg.AssetChecksDefinition, dg.SensorDefinition]:
+    """The `freshness` asset check on the sink and the sensor `<q>_freshness` that reports it."""
+    from . import runner
+    rule = rule_for(spec, grace)
+
+    @dg.asset_check(asset=spec.sink_key, name=_check_name(spec), blocking=False,
+                    description=f"Freshness derived from the trigger ({spec.trigger.description}): {rule.describe()}")
+    def check(context) -> dg.AssetCheckResult:
+        rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
+        try:
+            passed, text, meta = evaluate(rt, rule, _now_ms())
+        finally:
+            runner.close_quietly(rt)
+        return dg.AssetCheckResult(passed=passed, description=text, metadata=meta, severity=dg.AssetCheckSeverity.WARN)
+
+    status = dg.DefaultSensorStatus.RUNNING if spec.sensor_status == "running" else dg.DefaultSensorStatus.STOPPED
+
+    @dg.sensor(name=f"{spec.key}_freshness", minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=status,
+               description=f"Reports the freshness check of {spec.name}'s sink: {rule.describe()}")
+    def sensor(context):
+        return freshness_tick(spec, rule, context.cursor)
+
+    return check, sensor
+
+
+def freshness_tick(spec: Any, rule: Rule, cursor: str | None) -> dg.SensorResult:
+    """One evaluation: the AssetCheckEvaluation when the result changed (or is old), the new cursor."""
+    from . import runner
+    state = json.loads(cursor) if cursor else {}
+    now = _now_ms()
+    try:
+        rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
+    except Exception as e:  # noqa: BLE001 - e.g. the upstream table does not exist yet
+        return dg.SensorResult(skip_reason=f"query {spec.name} cannot be built: {type(e).__name__}: {e}")
+    try:
+        pending_since = state.get("pending_since")
+        passed, text, meta = evaluate(rt, rule, now, pending_since)
+        state["pending_since"] = (pending_since or now) if meta.get("pending") else None
+    finally:
+        runner.close_quietly(rt)
+    events = []
+    if state.get("passed") is not passed or now - state.get("reported_at", 0) >= REPORT_EVERY_MS:
+        events.append(dg.AssetCheckEvaluation(asset_key=spec.sink_key, check_name=_check_name(spec), passed=passed,
+                                              metadata=meta, severity=dg.AssetCheckSeverity.WARN, description=text))
+        state.update(passed=passed, reported_at=now)
+    return dg.SensorResult(asset_events=events, cursor=json.dumps(state),
+                           skip_reason=None if events else f"{spec.name}: {text} (unchanged)")
