@@ -70,6 +70,7 @@ class QuerySpec:
     executor: Any = "in_process"       # "in_process", "multiprocess" or a dg.ExecutorDefinition
     fanout_reason: str | None = "not planned"   # None: the process step fans out per state partition
     compact: Any = None                # maintenance.CompactSettings (Delta sinks: <q>_compact job and schedule)
+    freshness_grace: str | None = None  # freshness.py: slack of the sink's freshness check (default 5 minutes)
 
     @property
     def fanout(self) -> bool:
@@ -180,10 +181,12 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     batch_job = make_batch_job(spec)
     drain_job = make_drain_job(spec)
     schedules = [make_schedule(spec, drain_job)] if spec.trigger.kind == "available_now" else []
+    from .freshness import make_freshness
     from .maintenance import compact_definitions
+    fresh_check, fresh_sensor = make_freshness(spec, spec.freshness_grace)
     return dg.Definitions.merge(
-        dg.Definitions(jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job)],
-                       schedules=schedules, asset_checks=make_checks(spec)),
+        dg.Definitions(jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job), fresh_sensor],
+                       schedules=schedules, asset_checks=make_checks(spec) + [fresh_check]),
         compact_definitions(spec, spec.compact) if spec.compact is not None else dg.Definitions())
 
 

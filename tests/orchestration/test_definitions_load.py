@@ -27,7 +27,8 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     jobs = {j.name for j in defs.jobs}
     assert {"clicks_bronze_batch", "clicks_bronze_available_now", "hourly_clicks_batch",
             "hourly_clicks_available_now"} <= jobs
-    assert {s.name for s in defs.sensors} == {"clicks_bronze_trigger", "clicks_silver_trigger", "hourly_clicks_trigger"}
+    assert {s.name for s in defs.sensors} == {"clicks_bronze_trigger", "clicks_silver_trigger", "hourly_clicks_trigger",
+                                              "clicks_bronze_freshness", "clicks_silver_freshness", "hourly_clicks_freshness"}
     assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule", "clicks_bronze_compact_schedule",
                                                 "clicks_silver_compact_schedule", "hourly_clicks_compact_schedule"}
     assert {"clicks_bronze_compact", "clicks_silver_compact", "hourly_clicks_compact"} <= jobs   # Delta sinks
