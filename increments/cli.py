@@ -227,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--from", dest="from_url", help="SQLAlchemy URL of the current log (default: the checkpoint's)")
     m.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                    help="an object-store option (delta-rs' names); repeatable")
+    from .checkpoint import repartition
+    r = sub.add_parser("repartition", help="rewrite a stopped query's state into N state partitions")
+    repartition.add_arguments(r)
     args = p.parse_args(argv)
+    if args.cmd == "repartition":
+        return repartition.run(args)
     if args.cmd == "history":
         return cmd_history(args)
     if args.cmd == "migrate-log":

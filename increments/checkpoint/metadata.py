@@ -107,7 +107,10 @@ def check_conf(loc: Location, who: str, fixed: dict[str, Any], conf: dict[str, A
         f"query {who!r}: the checkpoint at {loc.url} was started with a different query or configuration "
         f"({'; '.join(parts)}). The sources, stateful operators and their keys, the sink, the state provider and "
         f"the number of state partitions are fixed at the first run. Keep the original query and values, or start "
-        f"the changed query on a new checkpoint location and backfill it from the sources.")
+        f"the changed query on a new checkpoint location and backfill it from the sources."
+        + (f" To change only the number of state partitions, stop the query and run `increments repartition "
+           f"{loc.url} --partitions {conf['state_partitions']}` (it rewrites the state), then start it again."
+           if [k for k, _, _ in changed] == ["state_partitions"] else ""))
 
 
 def _read_json_file(loc: Location, name: str, what: str) -> Any:

@@ -206,7 +206,7 @@ def _join_parts(rows: list[tuple[bytes, bytes]], n: int) -> list[tuple[list, lis
 
 def main(argv: list[str] | None = None) -> int:
     """`increments repartition <checkpoint> --partitions N [--log-url URL] [--storage-option K=V ...]`
-    (also `python -m increments.checkpoint.repartition ...`)."""
+    (increments/cli.py; also `python -m increments.checkpoint.repartition ...`)."""
     import argparse
     p = argparse.ArgumentParser(prog="increments repartition",
                                 description="rewrite a stopped query's state into N state partitions")

@@ -107,7 +107,7 @@ def test_the_commit_row_records_the_change_and_the_old_count_is_refused(tmp_path
     _run(root, chk, "window", 2, "rocksdb", out)
     q = _frame(root, "window").write_stream.foreach_batch(lambda t, b: None).output_mode("append") \
         .checkpoint_location(chk).query_name("rescale_window").option("state_partitions", 3)
-    with pytest.raises(IncompatibleCheckpointError, match="state_partitions"):
+    with pytest.raises(IncompatibleCheckpointError, match=r"state_partitions.*`increments repartition .* --partitions 3`"):
         q.build().close()
     repartition(chk, 3)
     rt = q.build()
@@ -124,16 +124,16 @@ def test_the_commit_row_records_the_change_and_the_old_count_is_refused(tmp_path
 
 
 def test_command_line(tmp_path, capsys):
-    from increments.checkpoint.repartition import main
+    from increments.cli import main
     root = str(tmp_path)
     _write(os.path.join(root, "clicks"), range(0, 2), _clicks)
     chk = os.path.join(root, "chk")
     _run(root, chk, "dedup_within", 2, "rocksdb", {})
-    assert main([chk, "--partitions", "4"]) == 0
+    assert main(["repartition", chk, "--partitions", "4"]) == 0
     out = capsys.readouterr().out
     assert "state partitions 2 -> 4" in out and 'option("state_partitions", 4)' in out and "-byexpiry" in out
     with pytest.raises(SystemExit, match="not a query checkpoint"):
-        main([str(tmp_path / "nothing"), "--partitions", "2"])
+        main(["repartition", str(tmp_path / "nothing"), "--partitions", "2"])
 
 
 def test_repartition_refuses_a_planned_uncommitted_batch(tmp_path):
