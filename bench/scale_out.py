@@ -64,12 +64,14 @@ def make_input(root: str, rows: int, keys: int, files: int = 8) -> None:
     d = os.path.join(root, "in")
     os.makedirs(d, exist_ok=True)
     rng = np.random.default_rng(7)
-    per = rows // files
+    # every key once, the other rows random repeats, shuffled over the files
+    k = np.concatenate([np.arange(keys, dtype=np.int64), rng.integers(0, keys, max(rows - keys, 0))])
+    rng.shuffle(k)
+    per = -(-len(k) // files)
     for f in range(files):
-        # every key at least once over the files, then random repeats
-        base = np.arange(f * per, (f + 1) * per, dtype=np.int64) % keys
-        k = np.where(np.arange(per) % 2 == 0, base, rng.integers(0, keys, per))
-        pq.write_table(pa.table({"key": k, "v": rng.integers(0, 100, per)}), os.path.join(d, f"part-{f:03d}.parquet"))
+        part = k[f * per:(f + 1) * per]
+        pq.write_table(pa.table({"key": part, "v": rng.integers(0, 100, len(part))}),
+                       os.path.join(d, f"part-{f:03d}.parquet"))
 
 
 def dagster_run(fn, instance) -> tuple[float, dict]:
