@@ -192,7 +192,10 @@ def _open(loc: Location, name: str | None, conf: dict[str, Any], log_url: str | 
     meta = read_metadata(loc)
     if meta is None:
         found = _traces(loc)
-        meta = _recover_metadata(loc, name, url, found, sink_agrees) if found else create_metadata(loc, name)
+        # a first starter racing this one writes metadata.json before anything else: read it again
+        meta = read_metadata(loc) if found else None
+        if meta is None:
+            meta = _recover_metadata(loc, name, url, found, sink_agrees) if found else create_metadata(loc, name)
     qid = meta["id"]
     who = name or qid
     log = BatchLog(url, qid, who)
