@@ -403,7 +403,8 @@ class KafkaSource(Source):
             self._save_epochs([{"ids": ids, "reset_after": None, "reset_topics": []}], create_only=True)
             return set()
         cur = epochs[-1]["ids"]
-        changed = sorted(t for t in ids if t in cur and cur[t] != ids[t] and start.get(t))
+        changed = sorted(t for t in ids if t in cur and cur[t] != ids[t]
+                         and any(int(v) > 0 for v in (start.get(t) or {}).values()))   # something was read
         if not changed:
             if any(t not in cur or cur[t] != ids[t] for t in ids):     # a new topic, or recreated before any read
                 self._save_epochs(epochs[:-1] + [{**epochs[-1], "ids": {**cur, **ids}}], create_only=False)

@@ -362,3 +362,53 @@ def test_parse_json_does_not_coerce_a_wrong_type(kafka_broker, tmp_path, value):
          tmp_path / "chk2", fn)
     assert _ids(got) == [1]
     assert DeltaTable(dlq).to_pyarrow_table().column("offset").to_pylist() == [1]
+
+
+_RECREATE_SCRIPT = """
+import json, os, sys
+_TESTS = {tests!r}
+sys.path[:0] = [os.path.dirname(_TESTS)]
+sys.path.append(_TESTS)
+import increments as inc
+from crashpoints import CrashAt
+c = json.loads(sys.argv[1])
+if c.get("crash_batch") is not None:
+    inc.streams.add_listener(CrashAt(c["crash_batch"], c["crash_step"]))
+out = c["out"]
+def fn(table, batch_id):
+    with open(os.path.join(out, f"{{batch_id}}.json"), "w") as f:
+        json.dump(sorted(table.column("id").to_pylist()), f)
+q = (inc.read_stream.kafka(c["broker"], topic=c["topic"], fail_on_data_loss=c["fail"]).parse_json("id BIGINT")
+     .write_stream.foreach_batch(fn).checkpoint_location(c["chk"]).trigger(available_now=True).start())
+q.await_termination()
+"""
+
+
+def test_recreated_topic_read_from_its_new_beginning_survives_a_kill(kafka_broker, tmp_path):
+    """fail_on_data_loss=False: the batch that reads the recreated topic from its beginning is killed
+    after its plan (offsets written) and after its read; each restart redoes it with the same rows."""
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "q.py"
+    script.write_text(_RECREATE_SCRIPT.format(tests=tests))
+    out = tmp_path / "out"
+    out.mkdir()
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(5)])
+    base = {"broker": kafka_broker, "topic": topic, "chk": str(tmp_path / "chk"), "out": str(out), "fail": True}
+
+    def run(expect_kill=False, **kw):
+        p = subprocess.run([sys.executable, str(script), json.dumps({**base, **kw})], capture_output=True, text=True,
+                           timeout=300)
+        assert (p.returncode == -9) if expect_kill else (p.returncode == 0), p.stderr[-2000:]
+    run()
+    delete_topic(kafka_broker, topic)
+    create_topic(kafka_broker, topic)
+    produce(kafka_broker, topic, [json.dumps({"id": 100 + i}) for i in range(8)])
+    run(expect_kill=True, fail=False, crash_batch=1, crash_step="plan")
+    run(expect_kill=True, fail=False, crash_batch=1, crash_step="read")
+    run(fail=False)
+    got = {int(f.split(".")[0]): json.load(open(out / f)) for f in os.listdir(out)}
+    assert got == {0: list(range(5)), 1: [100 + i for i in range(8)]}
