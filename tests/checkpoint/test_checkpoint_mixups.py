@@ -227,3 +227,33 @@ def test_unwritable_checkpoint_names_the_path(paths, tmp_path):
         _copy(inp, chk, out)
     assert chk in str(ei.value)
     shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sink", ["postgres", "parquet"])
+def test_lost_metadata_is_restored_when_the_log_and_the_sink_agree(paths, pg_url, sink):
+    """The PostgreSQL sink's marker row and a Parquet manifest name the query id too."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    from increments.sinks.parquet import read_parquet_sink
+    inp, chk, out = paths
+    table = "mix_" + uuid.uuid4().hex[:8]
+
+    def run():
+        w = (inc.read_stream.files(inp, "json", SCHEMA, max_files_per_trigger=1).write_stream.format(sink)
+             .checkpoint_location(chk).query_name("copy").trigger(available_now=True).option("log_url", pg_url))
+        q = w.option("url", pg_url).option("table", table).start() if sink == "postgres" else w.start(out)
+        q.await_termination()
+
+    def ids():
+        if sink == "parquet":
+            return sorted(read_parquet_sink(out).column("id").to_pylist())
+        with sa.create_engine(pg_url, poolclass=sa.pool.NullPool).connect() as c:
+            return sorted(r[0] for r in c.execute(sa.text(f"SELECT id FROM {table}")))
+    _files(inp, 0, 2)
+    run()
+    os.remove(os.path.join(chk, "metadata.json"))
+    _files(inp, 2, 1)
+    run()
+    assert ids() == sorted(f * 10 + i for f in range(3) for i in range(3))
