@@ -48,8 +48,8 @@ def fanout_reason(plan: Any) -> str | None:
     """None when the process step can fan out per state partition, else why not (for messages)."""
     from ..operators.aggregate import WindowAggregateOp
     from ..operators.dedup import DeduplicateOp
-    if not plan.stateful_ops:
-        return None                            # stateless: row-range slices of every input
+    if not plan.stateful_ops:                  # stateless: row-range slices of every input
+        return _once_per_batch(plan.root, None)
     if len(plan.stateful_ops) > 1:
         return ("chained stateful operators: the second one's input depends on the first one's state, "
                 "of every partition")
@@ -64,6 +64,23 @@ def fanout_reason(plan: Any) -> str | None:
         if len(node.children) != 1:
             return f"{node.describe()} above the stateful operator has several inputs"
         node = node.children[0]
+    return _once_per_batch(plan.root, s)
+
+
+def _once_per_batch(root: PhysicalOp, below: PhysicalOp | None) -> str | None:
+    """Operators that would run once per partition op and write a side table once per batch (a
+    parse_json dead-letter table is committed once per (query, batch): a second partition's rows
+    would be taken for a replay and dropped). Below the stateful operator they run once, in split."""
+    def walk(op: PhysicalOp):
+        if op is below:
+            return
+        yield op
+        for c in op.children:
+            yield from walk(c)
+    for op in walk(root):
+        if getattr(op, "dead_letter", None) is not None:
+            return (f"{op.describe()} writes its dead-letter table once per batch; in one op per partition "
+                    "a second partition's rows would be skipped as a replay")
     return None
 
 

@@ -139,3 +139,9 @@ def test_plans_that_cannot_fan_out_say_why(tmp_path):
     g = inc.read_stream.files(str(tmp_path), "json", "k STRING, t2 TIMESTAMP").with_watermark("t2", "1 minute")
     assert reason(wm.join(g, on="k")) is not None
     assert reason(wm.group_by(F.window("event_time", "10 minutes"), "k").count()) is None
+    raw = inc.read_stream.files(str(tmp_path), "json", "value STRING")
+    dl = inc.dead_letter.delta(str(tmp_path / "dead"))
+    parsed = raw.parse_json("k STRING, event_time TIMESTAMP", dead_letter=dl)
+    assert "dead-letter table once per batch" in reason(parsed)                 # stateless: once per op
+    assert reason(parsed.with_watermark("event_time", "1 minute").group_by(  # below the stateful op: in split
+        F.window("event_time", "10 minutes"), "k").count()) is None
