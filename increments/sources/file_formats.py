@@ -175,8 +175,8 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
                     f"('NULL', {', '.join(repr(k) for k in ok)}) ORDER BY i LIMIT 1", [path, path, path, path]).fetchall()
                 if row:
                     i, text, kind = row[0]
-                    return i, (f"field {f.name!r} is {text[:100]} (a JSON {kind.lower()}), which is not a "
-                               f"{f.duckdb_type}; it is not converted")
+                    return i, (f"field {f.name!r} is {text[:100]}, which is not a {f.duckdb_type} (a JSON "
+                               f"{kind.lower()}; values are not converted to another type)")
             row = con.execute(
                 f"SELECT i, json_extract(v, ?)::VARCHAR FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' "
                 f"AND json_type(v, ?) NOT IN ('NULL') AND json_type(v, ?) IS NOT NULL "
