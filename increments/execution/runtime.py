@@ -139,9 +139,19 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     conf["plan"] = plan_fingerprint(plan, sink)
     key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
 
+    def locate(batch_id: int, needles: list[bytes]) -> str | None:
+        """Where in batch N's input files a value is (for sink errors; file sources only)."""
+        entry = log.get_offsets(batch_id)
+        for i, src in enumerate(plan.sources):
+            if entry is not None and hasattr(src, "locate"):
+                hit = src.locate(entry.start[str(i)], entry.end[str(i)], needles)
+                if hit:
+                    return f"source {i} ({src.description}): input {hit}"
+        return None
+
     def sink_context(query_id: str) -> SinkContext:
         return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
-                           storage_options=storage_options)
+                           storage_options=storage_options, locate=locate)
 
     def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json was lost
         sink.open(sink_context(query_id))

@@ -23,6 +23,9 @@ class SinkContext:
     key_columns: list[str] = field(default_factory=list)   # result keys for update/complete modes
     #: the query-level storage_options; a sink merges its own (.option("storage_options", ...)) over them
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: locate(batch_id, needles) -> "input file F, line L" (the first line of the batch's input files
+    #: holding one of the byte strings), or None; for error messages that name the input row
+    locate: Any = None
 
 
 @dataclass

@@ -162,9 +162,12 @@ class PostgresSink(Sink):
                 continue
             row = int(pc.index(hits, True).as_py())
             values = {k: v for k, v in table.slice(row, 1).to_pylist()[0].items()}
+            locate = getattr(self.ctx, "locate", None)
+            found = locate(batch_id, [b"\\u0000", b"\x00"]) if locate is not None else None
+            where = f" It came from {found}." if found else ""
             raise SinkSchemaError(
                 f"{self.description}, batch {batch_id}: column {name!r} of output row {row} holds a NUL character "
-                f"(\\x00), which PostgreSQL text cannot store; the row: {values!r}. Nothing of the batch was written. "
+                f"(\\x00), which PostgreSQL text cannot store; the row: {values!r}.{where} Nothing of the batch was written. "
                 f"Fix the input it came from, or remove the character in the query (e.g. "
                 f"with_column({name!r}, \"replace({name}, chr(0), '')\")).")
 

@@ -352,6 +352,20 @@ class FileSource(Source):
             changed.append(self.display(name))
         return changed
 
+    def locate(self, start: int, end: int, needles: list[bytes]) -> str | None:
+        """'file F, line L': the first line of the files of batches (start, end] holding one of
+        `needles` (for an error message that names the input row), or None."""
+        for key in self.files_for(start, end):
+            loc, name = self._where(key)
+            try:
+                with LocalCopy(loc, name) as path, open(path, "rb") as f:
+                    for n, line in enumerate(f, 1):
+                        if any(x in line for x in needles):
+                            return f"file {self.display(key)}, line {n}"
+            except (OSError, storage.StorageError):
+                continue
+        return None
+
     def _reads_together(self, n_files: int | None) -> bool:
         return self.format == "json" and n_files is not None and n_files >= MULTI_FILE_SCAN_MIN
 

@@ -51,6 +51,7 @@ def test_a_nul_character_for_the_postgres_sink_names_column_and_row(tmp_path, pg
         q.await_termination()
     msg = str(ei.value)
     assert "column 'name' of output row 1 holds a NUL character" in msg and "'id': 2" in msg
+    assert f"It came from source 0 (FileStreamSource[{inp}]): input file {inp}/f0.json, line 2." in msg
     assert "replace(name, chr(0), '')" in msg
     eng = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
     with eng.connect() as c:
