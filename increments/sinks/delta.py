@@ -46,21 +46,54 @@ def open_table(path: str, storage_options: dict | None = None):
 
 
 def read_table(path: str, storage_options: dict | None = None):
-    """(the Delta table at `path` as a pyarrow Table of its schema, its version), read by deltalake's
-    own engine (QueryBuilder).
+    """(the Delta table at `path` as a pyarrow Table of its schema, its version).
 
-    Not DeltaTable.to_pyarrow_table(): that scans through a Python filesystem (deltalake's
-    DeltaStorageHandler) with Parquet pre-buffering, so Arrow's IO threads hold Python buffers
-    (arrow::py::PyBuffer) after the read returns; one released while the interpreter exits calls
-    PyGILState_Ensure, which then ends the thread with pthread_exit, and unwinding through the noexcept
-    destructor calls std::terminate: the process aborts (SIGABRT, exit 134, "terminate called
-    without an active exception") after a good run, in about one exit in six here (pyarrow 26.0.1,
-    deltalake 1.6, Python 3.11; see tests/sinks/test_delta_exit.py)."""
-    from deltalake import DeltaTable, QueryBuilder
+    The snapshot's data files (its add actions) are read through increments.storage into Arrow
+    memory and decoded by pyarrow on this thread, partition values added from the actions. Not
+    DeltaTable.to_pyarrow_table(): that scans through a Python filesystem (deltalake's
+    DeltaStorageHandler), so Arrow's IO threads hold Python buffers (arrow::py::PyBuffer) after the
+    read returns; one released while the interpreter exits calls PyGILState_Ensure, which ends the
+    thread with pthread_exit, and unwinding through the noexcept destructor calls std::terminate:
+    the process aborts (SIGABRT, exit 134, "terminate called without an active exception") after a
+    good run, in about one exit in six here (pyarrow 26.0.1, deltalake 1.6, Python 3.11; with or
+    without pre-buffering; see tests/sinks/test_delta_exit.py). Not deltalake's QueryBuilder either:
+    it holds the GIL while it waits on the store (an object store served in-process stalls).
+    Tables with deletion vectors or column mapping are refused, as deltalake's pyarrow reader does."""
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
     dt = DeltaTable(path, storage_options=storage_options)
+    features = set(dt.protocol().reader_features or [])
+    if features & {"deletionVectors", "columnMapping"}:
+        raise ValueError(f"read.delta({storage.redact_url(path)!r}): the table uses {sorted(features)}, which this "
+                         "reader does not support")
     schema = pa.schema(dt.schema().to_arrow())
-    got = pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
-    return got.select(schema.names).cast(schema), dt.version()
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    keep = [c for c in actions.column_names if c == "path" or c.startswith("partition.")]
+    loc = storage.location(path, storage_options)
+    tables = []
+    for add in actions.select(keep).to_pylist():
+        rel = unquote(add["path"])
+        if "://" in rel or os.path.isabs(rel):
+            parent, _, name = rel.rpartition("/")
+            where = storage.location(parent or "/", storage_options)
+        else:
+            where, name = loc, rel
+        local = where.local_path(name)
+        if local is not None:
+            t = pq.read_table(local)
+        else:
+            data = where.read_bytes(name)
+            buf = pa.allocate_buffer(len(data))       # Arrow memory: no Python object reaches Arrow's threads
+            pa.FixedSizeBufferWriter(buf).write(data)
+            t = pq.read_table(pa.BufferReader(buf))
+        n = t.num_rows
+        cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else
+                pa.array([add[f"partition.{f.name}"]] * n).cast(f.type) if f"partition.{f.name}" in add else
+                pa.nulls(n, f.type) for f in schema]
+        tables.append(pa.Table.from_arrays(cols, schema=schema))
+    return (pa.concat_tables(tables) if tables else schema.empty_table()), dt.version()
 
 
 def transaction_version(path: str, app_id: str, storage_options: dict | None = None) -> int | None:

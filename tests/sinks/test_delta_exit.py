@@ -2,9 +2,10 @@
 main thread must exit 0. DeltaTable.to_pyarrow_table() scans through deltalake's Python filesystem
 with Parquet pre-buffering; Arrow IO threads that release those Python buffers while the
 interpreter exits abort the process (SIGABRT, "terminate called without an active exception") in
-about one exit in six. increments reads Delta tables with deltalake's own engine instead
+about one exit in six. increments reads a Delta table's data files itself instead
 (sinks/delta.read_table, inc.read.delta(...).load()). The abort is intermittent: each script runs
-several times, and every run must exit 0."""
+several times, and every run must exit 0. (Measured here before the change: 6 of 30 runs of the
+deltalake-only script with DeltaTable.to_pyarrow_table() aborted, 1 of 20 of the query script.)"""
 from __future__ import annotations
 
 import json
@@ -63,3 +64,12 @@ def test_a_query_with_delta_sink_and_dead_letter_table_then_reads_exits_0():
     runs = _run(QUERY)
     assert [r.returncode for r in runs] == [0] * RUNS, [r.stderr[-500:] for r in runs if r.returncode]
     assert all(json.loads(r.stdout) == [[0, 2], 1] for r in runs)
+
+
+def test_the_same_on_s3(s3_bucket):
+    """Objects are read through increments.storage into Arrow memory: no Python buffer reaches Arrow's threads."""
+    script = ALONE.replace("d = tempfile.mkdtemp()", f"d = {s3_bucket + '/t'!r}")
+    runs = [subprocess.run([sys.executable, "-c", script.replace("/t'", f"/t{k}'")], capture_output=True, text=True,
+                           timeout=300) for k in range(4)]
+    assert [r.returncode for r in runs] == [0] * 4, [r.stderr[-500:] for r in runs if r.returncode]
+    assert all(r.stdout.split() == ["2", "1"] for r in runs)
