@@ -217,3 +217,25 @@ def test_partitioned_process_step_writes_each_partition_once(tmp_path):
         ("a", "10:20:59", 2), ("a", "10:21", 2), ("b", "10:05", 2)]
     assert written(reports) == [0, 0, 3, 0]
     assert all(":p" in a for a in _txn_app_ids(dlq))
+
+
+class _Count(inc.StatefulProcessor):
+    def init(self, handle):
+        self.n = handle.get_value_state("n", "n BIGINT")
+
+    def handle_input_rows(self, key, rows, timer_values):
+        n = (self.n.get() or (0,))[0] + sum(1 for _ in rows)
+        self.n.update((n,))
+        yield {"id": key[0], "n": n}
+
+
+def test_transform_with_state_event_time_late_rows(tmp_path):
+    dlq = tmp_path / "late"
+    batches = [[r("a", "10:30")], [r("z", "10:30")], [r("a", "10:15"), r("b", "10:25")]]
+    out, prog, _ = run(tmp_path, batches, lambda df: df.with_watermark(
+        "ts", "10 minutes", late_rows=inc.dead_letter.delta(str(dlq))).group_by("id").transform_with_state(
+        _Count(), "id STRING, n BIGINT", time_mode="event_time"), "update", "memory")
+    assert [(x["id"], x["ts"], x["operator"], x["batch_id"], x["watermark"]) for x in late_rows(dlq)] == [
+        ("a", "10:15", "transformWithStateInPySparkExec", 2, "10:20")]
+    assert dropped(prog)[2] == 1 and written(prog)[2] == 1
+    assert out[2] == [("b", 1)]
