@@ -338,88 +338,14 @@ class KafkaSource(Source):
         per = {f"{t}/{p}": max(0, hi - (end or {}).get(t, {}).get(str(p), lo)) for (t, p), (lo, hi) in wms.items()}
         return {"offsets_pending": sum(per.values()), "per_partition": per}
 
-    # -- a topic deleted and recreated -------------------------------------------------------------
-    def _topic_ids(self) -> dict[str, str]:
-        """Each subscribed topic's id (one DescribeTopics request); {} when the broker cannot tell."""
-        try:
-            from confluent_kafka import TopicCollection
-            from confluent_kafka.admin import AdminClient
-            if self._admin is None:
-                self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.client_config})
-            out = {}
-            for t, fut in self._admin.describe_topics(TopicCollection(self.topics), request_timeout=10).items():
-                try:
-                    tid = fut.result().topic_id
-                except Exception:  # noqa: BLE001 - the topic does not exist (yet): nothing to compare
-                    continue
-                if tid is not None:
-                    out[t] = str(tid)
-            return out
-        except Exception:  # noqa: BLE001 - a broker without topic ids: the offsets-backwards rule only
-            return {}
-
-    def _load_epochs(self) -> list:
-        """sources/<i>/topic_ids.json: [{"ids": {topic: id}, "reset_after": offsets | None,
-        "reset_topics": [...]}, ...], one epoch per change of a topic's id (first: at the first plan)."""
-        if self._epochs is None:
-            try:
-                self._epochs = json.loads(self.own_files().read_bytes("topic_ids.json"))["epochs"]
-            except FileNotFoundError:
-                self._epochs = []
-        return self._epochs
-
-    def _save_epochs(self, epochs: list, create_only: bool) -> None:
-        try:
-            self.own_files().write_bytes("topic_ids.json", json.dumps({"epochs": epochs}, sort_keys=True).encode(),
-                                         create_only=create_only)
-            self._epochs = epochs
-        except FileExistsError:
-            self._epochs = None
-
+    # -- a topic deleted and recreated (sources/kafka_topics.py) ----------------------------------
     def _reset_after(self, start: Any) -> set[str]:
-        """The topics the batch after `start` reads from their beginning (recreated; see _recreated)."""
-        if self.checkpoint is None:
-            return set()
-        for e in self._load_epochs():
-            if e.get("reset_after") == start:
-                return set(e.get("reset_topics", []))
-        return set()
+        from .kafka_topics import reset_after
+        return reset_after(self, start)
 
     def _recreated(self, start: Any) -> set[str]:
-        """Plan: compare each topic's id with the one the query read so far. A topic deleted and
-        recreated (another id) is data loss: its new messages below the offsets read from the old
-        topic would never be read. fail_on_data_loss: DataLossError; else the next batch reads that
-        topic from its new beginning (an epoch with reset_after=start, kept for a redo or re-plan)."""
-        if self.checkpoint is None:
-            return set()
-        done = self._reset_after(start)
-        if done:
-            return done
-        ids = self._topic_ids()
-        if not ids:
-            return set()
-        epochs = self._load_epochs()
-        if not epochs:
-            self._save_epochs([{"ids": ids, "reset_after": None, "reset_topics": []}], create_only=True)
-            return set()
-        cur = epochs[-1]["ids"]
-        changed = sorted(t for t in ids if t in cur and cur[t] != ids[t]
-                         and any(int(v) > 0 for v in (start.get(t) or {}).values()))   # something was read
-        if not changed:
-            if any(t not in cur or cur[t] != ids[t] for t in ids):     # a new topic, or recreated before any read
-                self._save_epochs(epochs[:-1] + [{**epochs[-1], "ids": {**cur, **ids}}], create_only=False)
-            return set()
-        what = "; ".join(f"topic {t!r}: id {cur[t]} -> {ids[t]}, read up to {start.get(t)}" for t in changed)
-        msg = (f"deleted and recreated since the query read it ({what}). The new topic's messages below the offsets "
-               "read from the old one would never be read.")
-        if self.fail_on_data_loss:
-            raise DataLossError(self.fail(msg + " Set fail_on_data_loss=False to read the recreated topic from its "
-                                                "new beginning (logged and reported), or start a new query with a new "
-                                                "checkpoint."))
-        log.warning("%s", self.fail(msg + " Reading it from its new beginning (fail_on_data_loss=False)."))
-        self._save_epochs(epochs + [{"ids": {**cur, **ids}, "reset_after": start, "reset_topics": changed}],
-                          create_only=False)
-        return set(changed)
+        from .kafka_topics import recreated
+        return recreated(self, start)
 
     def _loss(self, topic: str, partition: int, lo: int, hi: int, why: str) -> int:
         msg = (f"topic {topic!r}, partition {partition}: offsets [{lo}, {hi}) are no longer available ({why}). "
