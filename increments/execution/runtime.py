@@ -100,7 +100,6 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     """
     from .. import storage
     from ..checkpoint.log import resolve_log_url
-    from .sink_factory import make_sink
     opts = settings.options
     storage_options = dict(opts.get("storage_options") or {})
     storage.remember_secrets(storage_options)
@@ -118,25 +117,10 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
         storage.check_scheme(os.fspath(sink_path), "sink path")
     checkpoint = storage.location(checkpoint_url, storage_options)
     log_url = resolve_log_url(opts.get("log_url"), checkpoint)
-    # the sources get the query's storage_options before the plan is compiled: compiling asks a
-    # Delta source (or a Parquet file source without a schema) for its schema, on the store
-    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node, storage_options))
-    provider = str(opts.get("state_store", "rocksdb")).lower()
-    if provider not in ("rocksdb", "memory"):
-        raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
-    partitions = int(opts.get("state_partitions", DEFAULT_STATE_PARTITIONS))
-    if partitions < 1:
-        raise AnalysisException("option state_partitions must be >= 1")
+    plan, sink, conf = start_conf(frame, settings, storage_options)
+    provider, partitions = conf["state_store"], conf["state_partitions"]
     changelog = _bool(opts.get("changelog_checkpointing", provider == "rocksdb"))
-    conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
-    for op in plan.stateful_ops:
-        conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
     name = settings.query_name or opts.get("query_name")
-    sink = settings.sink or make_sink(settings)
-    if settings.output_mode not in sink.supported_modes:
-        raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
-                                f"{settings.output_mode!r}")
-    conf["plan"] = plan_fingerprint(plan, sink)
     key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
 
     def locate(batch_id: int, needles: list[bytes]) -> str | None:
@@ -166,6 +150,35 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     if staging == "disk":
         rt.staging = DiskStaging(checkpoint.child("staging"), lambda: rt.run_id)
     return rt
+
+
+def start_conf(frame: Any, settings: WriterSettings,
+               storage_options: dict[str, Any] | None = None) -> tuple[CompiledPlan, Sink, dict[str, Any]]:
+    """The compiled plan, the (unopened) sink and the conf a start fixes in, or compares with, the
+    checkpoint; nothing is read from or written to the checkpoint (`increments check` uses this)."""
+    from .sink_factory import make_sink
+    opts = settings.options
+    # the sources get the query's storage_options before the plan is compiled: compiling asks a
+    # Delta source (or a Parquet file source without a schema) for its schema, on the store
+    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node, storage_options))
+    provider = str(opts.get("state_store", "rocksdb")).lower()
+    if provider not in ("rocksdb", "memory"):
+        raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
+    partitions = int(opts.get("state_partitions", DEFAULT_STATE_PARTITIONS))
+    if partitions < 1:
+        raise AnalysisException("option state_partitions must be >= 1")
+    conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
+    for op in plan.stateful_ops:
+        conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
+    sink = settings.sink or make_sink(settings)
+    if settings.output_mode not in sink.supported_modes:
+        raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
+                                f"{settings.output_mode!r}")
+    conf["plan"] = plan_fingerprint(plan, sink)
+    columns = [op.column for op in plan.root.walk() if type(op).__name__ == "WatermarkOp"]
+    if columns:     # the event-time columns of with_watermark (a new key: older checkpoints record it)
+        conf["watermark_columns"] = sorted(columns)
+    return plan, sink, conf
 
 
 def plan_fingerprint(plan: CompiledPlan, sink: Sink) -> dict[str, Any]:
