@@ -12,6 +12,13 @@ writer gives the checkpoint, its storage_options and log_url. The log URL: --log
 query's log_url option, else $INCREMENTS_LOG_URL, else the SQLite file in a local checkpoint.
 Nothing printed carries a secret: locations are shown redacted, the log URL is never shown.
 
+    increments check <module:function | registered name> [--checkpoint PATH|URL] [--log-url URL]
+                     [--storage-option KEY=VALUE ...]
+
+rehearses a restart: compiles the changed query (running nothing, writing nothing) and compares it
+with its checkpoint; prints whether a restart is safe and, if not, each change and the rule of
+Spark's it breaks. Exit 0 safe, 1 not (increments/lifecycle/check.py).
+
     increments migrate-log <checkpoint> --to URL [--from URL] [--storage-option KEY=VALUE ...]
 
 copies a query's offsets/commits log (offsets, commits, drains and the log's identity row of the
@@ -211,6 +218,24 @@ def cmd_migrate_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the changed query may restart on its checkpoint, 1 when not (increments.lifecycle.check)."""
+    from . import storage
+    from .errors import IncrementsError
+    from .lifecycle.check import check, load_writer
+    writer, path = load_writer(args.query)
+    opts = _storage_options(args.storage_option)
+    if args.log_url:
+        writer = writer.option("log_url", args.log_url)
+    try:
+        report = check(writer, path, args.checkpoint, opts)
+    except IncrementsError as e:
+        print(f"increments check: the query does not start: {storage.redact(str(e))}")
+        return 1
+    print(storage.redact(report.text()))
+    return 0 if report.safe else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="increments", description="increments streaming queries")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -227,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--from", dest="from_url", help="SQLAlchemy URL of the current log (default: the checkpoint's)")
     m.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                    help="an object-store option (delta-rs' names); repeatable")
+    c = sub.add_parser("check", help="rehearse a restart: is the changed query compatible with its checkpoint?")
+    c.add_argument("query", help="module:function returning the query's writer, or a registered query name")
+    c.add_argument("--checkpoint", help="the checkpoint to compare with (default: the query's)")
+    c.add_argument("--log-url", help="SQLAlchemy URL of the offsets/commits log (never written by check)")
+    c.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="an object-store option (delta-rs' names); repeatable")
     from .checkpoint import repartition
     r = sub.add_parser("repartition", help="rewrite a stopped query's state into N state partitions")
     repartition.add_arguments(r)
@@ -237,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_history(args)
     if args.cmd == "migrate-log":
         return cmd_migrate_log(args)
+    if args.cmd == "check":
+        return cmd_check(args)
     return 2
 
 
