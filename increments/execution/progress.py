@@ -22,6 +22,8 @@ def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
     event_time: dict[str, Any] = {}
     if rt.plan.watermark_delays:
         event_time["watermark"] = format_ts_ms(e.watermark_ms)
+        if e.watermark_ms and e.watermark_ms > 0:      # how far event time trails the batch's clock
+            event_time["watermark_lag_ms"] = int(e.timestamp_ms - e.watermark_ms)
         stats = [s for s in (entry.event_time or {}).values() if s.get("count")]
         if stats:
             event_time["max"] = format_ts_ms(max(s["max_ms"] for s in stats))
