@@ -12,8 +12,9 @@ import dagster as dg
 DESCRIPTIONS = {
     "processed_rate": "processed rows/s >= input rows/s (the query keeps up)",
     "batch_duration": "batch duration < processing-time trigger interval",
-    "state_rows": "total state rows <= option max_state_rows",
+    "state_rows": "total state rows <= option max_state_rows (metadata: rows and memory_used_bytes per operator)",
     "kafka_lag": "Kafka records behind the batch's end offsets <= option max_kafka_lag",
+    "watermark_lag": "batch timestamp - event-time watermark <= option max_watermark_lag (a duration string)",
 }
 ERRORS_DESCRIPTION = ("the query's batches commit: fails with the error (file and line when the engine names "
                       "them) of a batch that still failed after its retries, while the query is halted")

@@ -7,16 +7,20 @@ check evaluations on the sink; the asset checks re-evaluate them on demand from 
   rows / time since the previous batch). Falling behind means the backlog grows.
 - batch_duration: the batch's execution time < the processing-time trigger interval (a batch that
   overruns delays the next one). AvailableNow/once queries pass.
-- state_rows: total state rows <= option max_state_rows (passes, with the figure, when unset).
+- state_rows: total state rows <= option max_state_rows (passes, with the figure, when unset); the
+  metadata also has each stateful operator's rows and state memory (`memory_used_bytes[<id>:<name>]`).
 - kafka_lag: records available beyond the batch's end offsets <= option max_kafka_lag (passes when
   the query reads no Kafka source or the option is unset).
+- watermark_lag: the batch's timestamp minus the event-time watermark it ran with (how far event
+  time trails the wall clock) <= option max_watermark_lag (a duration string, e.g. "15 minutes");
+  passes when unset or when the query has no watermark (or none yet).
 Unset thresholds and unknown figures are left out of the metadata (never shown as -1).
 """
 from __future__ import annotations
 
 from typing import Any
 
-RULES = ("processed_rate", "batch_duration", "state_rows", "kafka_lag")
+RULES = ("processed_rate", "batch_duration", "state_rows", "kafka_lag", "watermark_lag")
 
 
 def _exec_ms(commit: Any) -> int:
@@ -50,10 +54,19 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
                              {"batch_id": commit.batch_id, "batch_duration_ms": ex_ms,
                               **({"trigger_interval_ms": interval} if interval else {})},
                              "batch duration < trigger interval")
-    rows = sum(int(op.get("num_rows_total", 0) or 0) for op in commit.extra.get("state_operators", []))
+    ops = commit.extra.get("state_operators", []) or []
+    rows = sum(int(op.get("num_rows_total", 0) or 0) for op in ops)
+    per_op: dict[str, Any] = {}
+    for op in ops:
+        who = f"{op.get('operator_id', '?')}:{op.get('operator_name', '?')}"
+        per_op[f"state_rows[{who}]"] = int(op.get("num_rows_total", 0) or 0)
+        if op.get("memory_used_bytes") is not None:
+            per_op[f"memory_used_bytes[{who}]"] = int(op["memory_used_bytes"])
+    if ops:
+        per_op["state_memory_used_bytes"] = sum(int(op.get("memory_used_bytes", 0) or 0) for op in ops)
     limit = opts.get("max_state_rows")
     out["state_rows"] = (limit is None or rows <= int(limit),
-                         {"batch_id": commit.batch_id, "state_rows_total": rows,
+                         {"batch_id": commit.batch_id, "state_rows_total": rows, **per_op,
                           **({"max_state_rows": int(limit)} if limit is not None else {})},
                          "state rows within max_state_rows" if limit is not None else "max_state_rows is not set")
     lag = _kafka_lag(rt, off)
@@ -63,7 +76,37 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
                          **({"max_kafka_lag": int(lag_limit)} if lag_limit is not None else {})},
                         "Kafka records behind the batch's end offsets within max_kafka_lag" if lag_limit is not None
                         else "max_kafka_lag is not set")
+    out["watermark_lag"] = _watermark_lag(rt, commit.batch_id, off, opts.get("max_watermark_lag"))
     return out
+
+
+def watermark_lag_ms(timestamp_ms: int, watermark_ms: int | None) -> int | None:
+    """How far the event-time watermark trails the batch's timestamp; None without a watermark yet."""
+    if not watermark_ms or watermark_ms <= 0:
+        return None
+    return int(timestamp_ms - watermark_ms)
+
+
+def _watermark_lag(rt: Any, batch_id: int, off: Any, limit_text: Any) -> tuple[bool, dict[str, Any], str]:
+    from increments.durations import parse_duration_ms
+    from increments.watermark import format_ts_ms
+    limit = parse_duration_ms(limit_text) if limit_text is not None else None
+    lag = watermark_lag_ms(off.timestamp_ms, off.watermark_ms) if (off is not None and rt.plan.watermark_delays) else None
+    meta: dict[str, Any] = {"batch_id": batch_id}
+    if lag is not None:
+        meta.update(watermark=format_ts_ms(off.watermark_ms), batch_timestamp=format_ts_ms(off.timestamp_ms),
+                    watermark_lag_ms=lag)
+    if limit is not None:
+        meta["max_watermark_lag_ms"] = limit
+    if not rt.plan.watermark_delays:
+        desc = "the query has no watermark"
+    elif lag is None:
+        desc = "no watermark yet (no event time seen)"
+    elif limit is None:
+        desc = "max_watermark_lag is not set"
+    else:
+        desc = "batch timestamp - watermark within max_watermark_lag"
+    return (lag is None or limit is None or lag <= limit, meta, desc)
 
 
 def _kafka_lag(rt: Any, off: Any) -> int | None:

@@ -162,7 +162,8 @@ def test_graphql_returns_batch_lineage(dagster_env):
     checks = d.gql("""{ assetNodes(assetKeys: [{path: ["delta", "lake", "sensor_copy"]}]) { assetChecksOrError {
                         ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } } }""")
     names = {c["name"]: c for c in checks["assetNodes"][0]["assetChecksOrError"]["checks"]}
-    assert set(names) == {"processed_rate", "batch_duration", "state_rows", "kafka_lag", "batch_errors", "freshness"}
+    assert set(names) == {"processed_rate", "batch_duration", "state_rows", "kafka_lag", "watermark_lag", "batch_errors",
+                          "freshness"}
     # lineage across queries: silver_copy reads sensor_copy's Delta table
     nodes = d.gql("""{ assetNodes(assetKeys: [{path: ["files", "lake", "silver_copy"]}, {path: ["delta", "lake",
                        "sensor_copy"]}]) { assetKey { path } dependencyKeys { path } } }""")["assetNodes"]
