@@ -19,6 +19,12 @@ rehearses a restart: compiles the changed query (running nothing, writing nothin
 with its checkpoint; prints whether a restart is safe and, if not, each change and the rule of
 Spark's it breaks. Exit 0 safe, 1 not (increments/lifecycle/check.py).
 
+    increments migrate <module:function | registered name> --to <new checkpoint> [--backfill earliest]
+
+runs the changed query on the new checkpoint as AvailableNow drains from the earliest offsets into a
+staging Delta table, repeats while data keeps arriving, then switches the sink over in one Delta
+commit (increments/lifecycle/migrate.py).
+
     increments migrate-log <checkpoint> --to URL [--from URL] [--storage-option KEY=VALUE ...]
 
 copies a query's offsets/commits log (offsets, commits, drains and the log's identity row of the
@@ -236,6 +242,30 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.safe else 1
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Backfill the changed query on a new checkpoint and switch its Delta sink over
+    (increments.lifecycle.migrate)."""
+    from . import storage
+    from .errors import IncrementsError
+    from .lifecycle.check import load_writer
+    from .lifecycle.migrate import migrate
+    writer, path = load_writer(args.query)
+    opts = _storage_options(args.storage_option)
+    if opts:
+        writer = writer.option("storage_options", {**(writer.settings.options.get("storage_options") or {}), **opts})
+    if args.log_url:
+        writer = writer.option("log_url", args.log_url)
+    try:
+        res = migrate(writer, args.to, path, "from-sink" if args.backfill_from_sink else args.backfill,
+                      max_rounds=args.max_rounds)
+    except IncrementsError as e:
+        raise SystemExit(f"increments migrate: {storage.redact(str(e))}") from None
+    print(f"query id {res.query_id}: from now on run the changed query with checkpoint_location("
+          f"{storage.redact_url(args.to)!r}) and its sink path {storage.redact_url(res.sink_path)!r}; the old "
+          f"checkpoint is retired (the backfill's staging table {storage.redact_url(res.staging_table)} may be removed)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="increments", description="increments streaming queries")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -258,6 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--log-url", help="SQLAlchemy URL of the offsets/commits log (never written by check)")
     c.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                    help="an object-store option (delta-rs' names); repeatable")
+    g = sub.add_parser("migrate", help="run a changed query on a new checkpoint with a backfill, then switch over")
+    g.add_argument("query", help="module:function returning the changed query's writer, or a registered query name")
+    g.add_argument("--to", required=True, help="the new checkpoint directory or URL")
+    b = g.add_mutually_exclusive_group()
+    b.add_argument("--backfill", choices=["earliest"], default="earliest",
+                   help="backfill from the sources' earliest retained offsets (default)")
+    b.add_argument("--backfill-from-sink", action="store_true", help="seed from the old query's sink (not supported yet)")
+    g.add_argument("--max-rounds", type=int, default=50, help="AvailableNow drains before switching over at most")
+    g.add_argument("--log-url", help="SQLAlchemy URL of the new checkpoint's offsets/commits log")
+    g.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="an object-store option (delta-rs' names); repeatable")
     from .checkpoint import repartition
     r = sub.add_parser("repartition", help="rewrite a stopped query's state into N state partitions")
     repartition.add_arguments(r)
@@ -270,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_migrate_log(args)
     if args.cmd == "check":
         return cmd_check(args)
+    if args.cmd == "migrate":
+        return cmd_migrate(args)
     return 2
 
 

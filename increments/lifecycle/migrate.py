@@ -1,0 +1,139 @@
+"""`increments migrate`: move a changed query to a new checkpoint with a backfill, then switch over.
+
+A change `increments check` calls unsafe (a new aggregate, grouping key, ...) cannot continue on the
+old checkpoint; Spark's advice is a new checkpoint plus a backfill. migrate does both:
+
+1. backfill: the changed query runs on the new checkpoint (`--to`) as AvailableNow drains from the
+   earliest offsets (`--backfill earliest`: a Kafka source reads from "earliest" whatever its
+   starting_offsets; a file or Delta source reads everything from the start on a new checkpoint),
+   writing into a staging Delta table beside the sink (`<sink path>__migrate`). Readers keep reading
+   the old query's table meanwhile.
+2. catch up: drains repeat while new data keeps arriving, until a drain needs at most one batch
+   (the backlog is down to what arrives while one batch runs), or `max_rounds` drains ran.
+3. switch over: one overwrite commit of the sink table with the staging table's rows (a new Delta
+   version of the sink, schema replaced), carrying the new query's app transaction (its query id,
+   its last batch id). Readers see the old result up to version V and the new query's result from
+   V + 1: no gap, no double counts. From then on the changed query runs on the new checkpoint and the
+   original sink path: its Delta sink skips the batches the switch wrote and appends the rest.
+
+Stop the old query before migrating (its next batch would write into the switched table); the old
+checkpoint is retired by the switch. Delta sinks only (the switch is a Delta commit).
+`--backfill-from-sink` (seed from the old query's table) is not supported yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+from ..errors import AnalysisException
+
+
+@dataclasses.dataclass
+class MigrateResult:
+    query_id: str
+    rounds: list[dict[str, Any]]
+    staging_table: str
+    sink_path: str
+    sink_version: int | None
+    last_batch_id: int | None
+
+
+def _earliest(node: Any) -> None:
+    """Every Kafka source of the logical plan reads from the earliest offsets."""
+    from ..plan import nodes as n
+    if isinstance(node, n.SourceNode):
+        if hasattr(node.source, "starting_offsets"):
+            node.source.starting_offsets = "earliest"
+        return
+    for f in dataclasses.fields(node):
+        child = getattr(node, f.name)
+        if isinstance(child, n.Node):
+            _earliest(child)
+
+
+def _sink_fingerprint(writer: Any, path: str, opts: dict[str, Any]) -> Any:
+    from ..execution.runtime import start_conf
+    s = dataclasses.replace(writer.settings, path=path, options=dict(writer.settings.options))
+    return start_conf(writer.frame, s, opts)[2]["plan"]["sink"]
+
+
+def _point_conf_at_sink(loc: Any, writer: Any, sink_path: str, opts: dict[str, Any]) -> None:
+    """After the switch: the new checkpoint's fixed plan names the original sink path (the next
+    start compares with it; its log identity row follows at that start)."""
+    from ..checkpoint.metadata import _read_conf
+    conf = _read_conf(loc)
+    conf["plan"] = {**conf["plan"], "sink": _sink_fingerprint(writer, sink_path, opts)}
+    loc.write_json("conf.json", conf)
+
+
+def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: str = "earliest",
+            max_rounds: int = 50, report: Callable[[str], None] = print,
+            between_rounds: Callable[[int], None] | None = None) -> MigrateResult:
+    """See the module doc. `writer` is the changed query's writer (its checkpoint is the old one)."""
+    from .. import storage
+    from ..checkpoint.log import open_log
+    from ..checkpoint.metadata import read_metadata
+    from ..checkpoint.metadata import _read_conf
+    from ..sinks.delta import commit_properties, read_table
+    if backfill == "from-sink":
+        raise AnalysisException("increments migrate --backfill-from-sink is not supported yet: use --backfill "
+                                "earliest (the sources' retained data)")
+    if backfill != "earliest":
+        raise AnalysisException(f"increments migrate: unknown backfill {backfill!r}")
+    s = writer.settings
+    if (s.format or "").lower() != "delta" or s.foreach_batch is not None or s.sink is not None:
+        raise AnalysisException(f"increments migrate switches over a Delta sink; this query writes format "
+                                f"{s.format!r}: run the changed query on a new checkpoint and a new sink instead")
+    sink_path = path or s.path or s.options.get("path")
+    if not sink_path:
+        raise AnalysisException("increments migrate: the query has no sink path")
+    sink_path = os.fspath(sink_path)
+    opts = dict(s.options.get("storage_options") or {})
+    old = s.checkpoint or s.options.get("checkpoint_location")
+    new_loc = storage.location(to_checkpoint, opts)
+    if old and storage.location(old, opts).url == new_loc.url:
+        raise AnalysisException(f"increments migrate: --to {new_loc.url} is the query's current checkpoint; "
+                                "migrate to a new checkpoint location")
+    staging_table = sink_path.rstrip("/") + "__migrate"
+    _earliest(writer.frame.node)
+    drain = writer.checkpoint_location(to_checkpoint).trigger(available_now=True)
+    rounds: list[dict[str, Any]] = []
+    for r in range(max_rounds):
+        q = drain.start(staging_table)
+        q.await_termination()
+        batches = [p for p in q.recent_progress if p.get("num_input_rows")]
+        rows = sum(p["num_input_rows"] for p in batches)
+        rounds.append({"round": r, "batches": len(batches), "input_rows": rows,
+                       "last_batch_id": q.last_progress["batch_id"] if q.last_progress else None})
+        report(f"drain {r}: {len(batches)} batches, {rows} input rows")
+        if len(batches) <= 1:
+            break
+        if between_rounds is not None:
+            between_rounds(r)
+    meta = read_metadata(new_loc)
+    assert meta is not None
+    log = open_log(s.options.get("log_url"), new_loc, meta["id"], s.query_name or meta["id"])
+    last = log.latest_commit()
+    last_id = last.batch_id if last is not None else None
+    from deltalake import write_deltalake
+    from ..sinks.delta import open_table
+    if (_read_conf(new_loc).get("plan") or {}).get("sink") != _sink_fingerprint(drain, staging_table, opts):
+        raise AnalysisException(f"increments migrate: the checkpoint {new_loc.url} was switched over to the sink "
+                                "already (or belongs to another query); run the changed query on it")
+    if open_table(staging_table, opts or None) is not None:
+        table = read_table(staging_table, opts or None)[0]
+    else:       # no output yet (e.g. windows still open): the switch empties the old result
+        from ..execution.runtime import start_conf
+        table = start_conf(drain.frame, drain.settings, opts)[0].output_schema.empty_table()
+    version = None
+    if table is not None and last_id is not None:
+        write_deltalake(sink_path, table, mode="overwrite", schema_mode="overwrite", storage_options=opts or None,
+                        commit_properties=commit_properties(meta["id"], last_id))
+        version = open_table(sink_path, opts or None).version()
+        _point_conf_at_sink(new_loc, drain, sink_path, opts)
+        report(f"switched over: {storage.redact_url(sink_path)} version {version} holds the changed query's result "
+               f"up to batch {last_id} ({table.num_rows} rows)")
+    else:
+        report("nothing to switch over: the backfill committed no batch")
+    return MigrateResult(meta["id"], rounds, staging_table, sink_path, version, last_id)
