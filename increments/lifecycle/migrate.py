@@ -69,7 +69,8 @@ def _point_conf_at_sink(loc: Any, writer: Any, sink_path: str, opts: dict[str, A
 
 def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: str = "earliest",
             max_rounds: int = 50, report: Callable[[str], None] = print,
-            between_rounds: Callable[[int], None] | None = None) -> MigrateResult:
+            between_rounds: Callable[[int], None] | None = None,
+            on_round: Callable[[dict[str, Any]], None] | None = None) -> MigrateResult:
     """See the module doc. `writer` is the changed query's writer (its checkpoint is the old one)."""
     from .. import storage
     from ..checkpoint.log import open_log
@@ -107,6 +108,8 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
         rounds.append({"round": r, "batches": len(batches), "input_rows": rows,
                        "last_batch_id": q.last_progress["batch_id"] if q.last_progress else None})
         report(f"drain {r}: {len(batches)} batches, {rows} input rows")
+        if on_round is not None:
+            on_round(rounds[-1])
         if len(batches) <= 1:
             break
         if between_rounds is not None:

@@ -1,0 +1,43 @@
+"""Dagster job `<q>_migrate` (orchestration/migrate.py): the backfill's drains show as observations
+on the sink asset, the switch as one more; the sink then holds the changed query's result."""
+from __future__ import annotations
+
+import os
+import sys
+
+import dagster as dg
+
+LIFECYCLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "lifecycle")
+sys.path.insert(0, LIFECYCLE)
+
+from test_migrate import _env, _file, _rows, _run, _scratch  # noqa: E402
+
+
+def test_migrate_job_shows_drains_and_switches(tmp_path, monkeypatch):
+    inp = str(tmp_path / "in")
+    for f in range(4):
+        _file(inp, f)
+    old = _env(tmp_path, "chk_old", "out")
+    _run(old, "original")
+    for k, v in old.items():
+        if k.startswith("MIG_"):
+            monkeypatch.setenv(k, v)
+    import migrate_queries
+    from orchestration.factory import make_spec
+    from orchestration.migrate import make_migrate_job
+    spec = make_spec(migrate_queries.changed, asset_root=str(tmp_path))
+    job = make_migrate_job(spec)
+    assert job.name == "revenue_migrate"
+    inst = dg.DagsterInstance.ephemeral()
+    res = job.execute_in_process(instance=inst, run_config={"ops": {"migrate": {"config": {
+        "to": str(tmp_path / "chk_new")}}}})
+    assert res.success
+    obs = [e.event_specific_data.asset_observation for e in res.all_events
+           if e.event_type_value == "ASSET_OBSERVATION"]
+    states = [o.metadata["drain_state"].value for o in obs]
+    assert states[-1] == "switched" and set(states[:-1]) == {"running"} and len(states) >= 2
+    assert all(o.asset_key == spec.sink_key for o in obs)
+    assert obs[-1].metadata["drain_batches"].value == 4            # max_files_per_trigger=1, 4 files
+    _file(inp, 4)
+    _run(_env(tmp_path, "chk_new", "out"), "changed")
+    assert _rows(old["MIG_OUT"]) == _scratch(tmp_path)
