@@ -107,7 +107,7 @@ def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
         raise SystemExit("increments check: the query has no checkpoint_location; pass --checkpoint")
     loc = storage.location(chk, opts)
     name = s.query_name or str(chk)
-    _, _, conf = start_conf(writer.frame, s, opts)
+    plan, sink, conf = start_conf(writer.frame, s, opts)
     meta = read_metadata(loc)
     if meta is None:
         return Report(name, loc.url, [], first_start=True)
@@ -116,7 +116,29 @@ def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
         return Report(name, loc.url, [Finding(False, f"{loc.join('conf.json')} is missing: nothing to compare with",
                                               "the start restores it from the log's identity row and compares then; "
                                               "restore conf.json from a backup, or start the query once")])
-    return Report(name, loc.url, compare(fixed, _as_stored(conf)))
+    findings = compare(fixed, _as_stored(conf))
+    findings += _sink_schema(sink, plan, s.output_mode, opts)
+    if not all(f.safe for f in findings):
+        findings = [f for f in findings if not f.safe]
+    return Report(name, loc.url, findings)
+
+
+def _sink_schema(sink: Any, plan: Any, mode: str, opts: dict[str, Any]) -> list[Finding]:
+    """A changed projection must still fit the sink: a Delta table's schema (complete mode replaces it)."""
+    if type(sink).__name__ != "DeltaSink" or mode == "complete":
+        return []
+    import pyarrow as pa
+
+    from ..sinks.delta import open_table, schema_difference
+    dt = open_table(sink.path, {**opts, **sink.own_storage_options} or None)
+    if dt is None:
+        return []
+    diff = schema_difference(pa.schema(dt.schema().to_arrow()), plan.output_schema)
+    if not diff:
+        return []
+    return [Finding(False, f"output schema changed: {'; '.join(diff)}",
+                    "a changed projection is allowed only when the sink accepts the new output schema; the Delta "
+                    "table keeps its schema, so the next batch fails (SinkSchemaError)")]
 
 
 def _as_stored(conf: dict[str, Any]) -> dict[str, Any]:

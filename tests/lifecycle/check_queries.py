@@ -59,3 +59,7 @@ def new_source():
 
 def not_a_writer():
     return _clicks()
+
+
+def projection_drops_column():  # allowed by the state, but the Delta table keeps its schema
+    return _write(_agg(_clicks()).select('"window"', "campaign_id"))

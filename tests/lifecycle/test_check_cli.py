@@ -85,6 +85,8 @@ def test_allowed_changes_exit_0(env, fn):
      "event-time column of with_watermark cannot change"),
     ("more_partitions", "number of state partitions changed: 2 -> 3", "increments repartition"),
     ("new_source", "new source 1 added", "number or type (or topic, path) of input sources are not allowed"),
+    ("projection_drops_column", "output schema changed: column 'count' (int64) is in the table but not in the "
+     "query's output", "sink accepts the new output schema"),
 ])
 def test_unsafe_changes_exit_1_naming_change_and_rule(env, fn, change, rule):
     r = _check(env, fn)
