@@ -183,9 +183,14 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     schedules = [make_schedule(spec, drain_job)] if spec.trigger.kind == "available_now" else []
     from .freshness import make_freshness
     from .maintenance import compact_definitions
+    from .maintenance import delta_target
+    from .migrate import make_migrate_job
     fresh_check, fresh_sensor = make_freshness(spec, spec.freshness_grace)
+    jobs = [batch_job, drain_job]
+    if delta_target(spec.writer_factory(), spec.path) is not None:      # increments migrate: Delta sinks
+        jobs.append(make_migrate_job(spec))
     return dg.Definitions.merge(
-        dg.Definitions(jobs=[batch_job, drain_job], sensors=[make_sensor(spec, batch_job), fresh_sensor],
+        dg.Definitions(jobs=jobs, sensors=[make_sensor(spec, batch_job), fresh_sensor],
                        schedules=schedules, asset_checks=make_checks(spec) + [fresh_check]),
         compact_definitions(spec, spec.compact) if spec.compact is not None else dg.Definitions())
 

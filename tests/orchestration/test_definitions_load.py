@@ -32,6 +32,7 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule", "clicks_bronze_compact_schedule",
                                                 "clicks_silver_compact_schedule", "hourly_clicks_compact_schedule"}
     assert {"clicks_bronze_compact", "clicks_silver_compact", "hourly_clicks_compact"} <= jobs   # Delta sinks
+    assert {"clicks_bronze_migrate", "clicks_silver_migrate", "hourly_clicks_migrate"} <= jobs   # increments migrate
     graph = defs.resolve_asset_graph()
     landing, bronze = dg.AssetKey(["files", "landing", "clicks"]), dg.AssetKey(["delta", "lake", "clicks_bronze"])
     # assets are named by what the queries read and write: one landing asset for both readers, and
