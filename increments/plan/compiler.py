@@ -194,7 +194,9 @@ def _qualify(node: n.Node, quals: dict[str, dict[str, str]]) -> n.Node:
 
 def _stage(node: n.Node, schema: pa.Schema):
     if isinstance(node, n.Select):
-        exprs = ", ".join(node.exprs)
+        # a bare column name is quoted: `window`, `count`, `order` are SQL keywords a PySpark user
+        # names without quotes (select("window", "count"))
+        exprs = ", ".join(quote_ident(e) if e in schema.names else e for e in node.exprs)
         return (lambda rel, e=exprs: f"SELECT {e} FROM {rel} AS __in"), f"Project[{exprs}]"
     if isinstance(node, n.Filter):
         cond = node.condition

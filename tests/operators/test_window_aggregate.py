@@ -239,3 +239,23 @@ def test_partition_ids_match_the_partition_sql():
         for n in (1, 2, 4, 7, 200):
             sql = partition_sql([f'"{c}"' for c in cols], n)
             assert partition_ids(t, cols, n).to_pylist() == run_sql(f"SELECT {sql} FROM __g", {"__g": t}).column(0).to_pylist()
+
+
+def test_select_names_window_and_count_without_quotes(tmp_path):
+    """select("window", "count") as a PySpark user writes it: both are SQL keywords in DuckDB."""
+    import json as _json
+    import increments as _inc
+    from increments import functions as _F
+    (tmp_path / "in").mkdir()
+    with open(tmp_path / "in" / "a.json", "w") as f:
+        for i in range(5):
+            f.write(_json.dumps({"k": "a", "t": f"2026-01-01T00:0{i}:00Z"}) + "\n")
+        f.write(_json.dumps({"k": "a", "t": "2026-01-01T02:00:00Z"}) + "\n")
+    q = (_inc.read_stream.files(str(tmp_path / "in"), "json", "k STRING, t TIMESTAMP").with_watermark("t", "1 minute")
+         .group_by(_F.window("t", "1 hour"), "k").count().select("window", "count", "k")
+         .write_stream.format("memory").query_name("select_window_count").output_mode("append")
+         .checkpoint_location(str(tmp_path / "chk")).trigger(available_now=True).start())
+    q.await_termination()
+    assert q.exception() is None
+    rows = _inc.memory_table("select_window_count").to_pylist()
+    assert [(r["window"]["start"].hour, r["count"], r["k"]) for r in rows] == [(0, 5, "a")]
