@@ -70,7 +70,7 @@ class FileSource(Source):
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
-                 storage_options: dict[str, Any] | None = None):
+                 storage_options: dict[str, Any] | None = None, wait_for_path: bool = False):
         path = os.fspath(path)
         storage.check_scheme(path, "files: path")
         fmt = format.lower().replace("jsonl", "json").replace("ndjson", "json")
@@ -91,6 +91,7 @@ class FileSource(Source):
         self.fail_on_data_loss = fail_on_data_loss
         self.header = header
         self.delimiter = delimiter
+        self.wait_for_path = str(wait_for_path).lower() in ("true", "1", "yes")
         self._log: SeenFilesLog | None = None
         self._target: str | None = None       # AvailableNow: the last name of the drain
         self.read_metrics: dict[str, Any] = {}
@@ -116,9 +117,28 @@ class FileSource(Source):
         return self._root
 
     def open(self, checkpoint: Any, index: int, query_name: str, storage_options: dict | None = None) -> None:
+        """Attach to the checkpoint. A path (not a glob) that does not exist fails the start, naming
+        it, as Spark's file source does; `wait_for_path=True` waits for it instead (no batch runs
+        until it appears)."""
         super().open(checkpoint, index, query_name, storage_options)
         self._root = None
         self._log = SeenFilesLog(self.own_files())
+        if self.pattern is None and not self.wait_for_path and not self._path_exists():
+            raise FileNotFoundError(
+                f"query {query_name!r}, source {index} ({self.description}): the path {storage.redact_url(self.path)} "
+                "does not exist (no directory or file, and no object under that prefix). Create it, fix the path, "
+                "or pass wait_for_path=True to read_stream.files to start before it exists.")
+
+    def _path_exists(self) -> bool:
+        root = self.root()
+        local = root.local_path("")
+        if local is not None:
+            return os.path.exists(local)
+        files, dirs = root.list_dir("")
+        if files or dirs:
+            return True
+        parent_url, _, base = self.root_url.rpartition("/")
+        return bool(base) and storage.location(parent_url, self.options()).head(base) is not None
 
     def list_after(self, after: str | None) -> list[ObjectInfo]:
         """The source's files whose names come after `after` (all for None), in name order: one
