@@ -141,7 +141,7 @@ class DeltaSink(Sink):
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip when the table holds this query's batch, else one commit."""
         app_id = self.ctx.query_id
-        dt = self._table()
+        dt = self._current_table()
         if dt is not None:
             done = dt.transaction_version(app_id)
             if done is not None and int(done) >= batch_id:
@@ -169,8 +169,22 @@ class DeltaSink(Sink):
                 f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
                 f"written. Restore the table's schema, change the query to write those columns, or write to a new "
                 f"table (with a new checkpoint). [{storage.redact(str(e))}]") from None
-        version = self._table().version()
-        return SinkResult(table.num_rows, version=version)
+        if dt is None:
+            self._dt = self._table()              # the table this batch created: one full load, once
+        else:
+            dt.update_incremental()               # the write went through dt (or a MERGE on it)
+        return SinkResult(table.num_rows, version=self._dt.version())
+
+    def _current_table(self):
+        """The table as it is now: one DeltaTable per sink brought up to date incrementally (the
+        log entries since the last batch), not a full load of the log per batch (on an object store
+        that is a listing plus a GET per log entry since the last checkpoint, three times a batch)."""
+        dt = getattr(self, "_dt", None)
+        if dt is None:
+            self._dt = dt = self._table()
+        else:
+            dt.update_incremental()
+        return dt
 
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
         from deltalake import write_deltalake
@@ -181,7 +195,8 @@ class DeltaSink(Sink):
             (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props)
                .when_matched_update_all().when_not_matched_insert_all().execute())
         else:
-            write_deltalake(self.path, table, mode="overwrite" if mode == "complete" else "append",
+            write_deltalake(dt if dt is not None else self.path, table,
+                            mode="overwrite" if mode == "complete" else "append",
                             partition_by=self.partition_by if dt is None else None, commit_properties=props,
                             storage_options=self.storage_options,
                             schema_mode="overwrite" if mode == "complete" else None)
