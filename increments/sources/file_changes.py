@@ -31,6 +31,10 @@ def file_facts(src, entries: list[int]) -> tuple[dict[str, tuple], dict[str, tup
     local = src.root().is_local
     want = {f["name"]: ((f["size"], f["mtime_ms"]) if local else (f["size"], f["etag"])) for f in files}
     for n in entries:
+        known = src._read_facts.get(n)       # what this runtime's read of entry n recorded (no GET)
+        if known is not None:
+            want.update(known)
+            continue
         try:
             want.update({k: tuple(v) for k, v in src.own_files().read_json(f"{n}.read.json").items()})
         except FileNotFoundError:
@@ -75,6 +79,7 @@ def check_unchanged(src, start: int, end: int) -> list[str]:
                    and now.get(f["name"]) is not None and now[f["name"]] != want.get(f["name"])}
         if amended:
             src.own_files().write_json(f"{n}.read.json", amended)
+        src._read_facts[n] = amended      # the next batch of this runtime compares with it, no GET
     changed = []
     for name in sorted(prev):
         facts, got = want.get(name), now.get(name)

@@ -66,7 +66,7 @@ MULTI_FILE_SCAN_MIN = 8
 
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
-                  "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None}
+                  "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {}}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
@@ -98,6 +98,9 @@ class FileSource(Source):
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
         self._known: dict[str, tuple] = {}    # key -> (size, etag) as listed, for the read-ahead
+        #: entry n -> the facts of its files that its read found changed since listed ({} = none), as
+        #: recorded in sources/<i>/<n>.read.json by this runtime (file_changes.py)
+        self._read_facts: dict[int, dict[str, tuple]] = {}
         self._root: Location | None = None
         #: (entry n, its last name, the rest of the listing after it) -- see the module doc
         self._listed: tuple[int, str, list[ObjectInfo]] | None = None
