@@ -116,6 +116,11 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     if sink_path and settings.sink is None and settings.foreach_batch is None:
         storage.check_scheme(os.fspath(sink_path), "sink path")
     checkpoint = storage.location(checkpoint_url, storage_options)
+    if checkpoint.exists("retired.json"):      # written by `increments migrate` after its switch-over
+        r = checkpoint.read_json("retired.json")
+        raise AnalysisException(f"the checkpoint {checkpoint.url} was retired by `increments migrate`: its sink "
+                                f"{r.get('sink')} now holds the result of the query on the checkpoint {r.get('to')}; "
+                                f"run the query with checkpoint_location({r.get('to')!r})")
     log_url = resolve_log_url(opts.get("log_url"), checkpoint)
     plan, sink, conf = start_conf(frame, settings, storage_options)
     provider, partitions = conf["state_store"], conf["state_partitions"]
