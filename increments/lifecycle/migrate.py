@@ -16,8 +16,9 @@ old checkpoint; Spark's advice is a new checkpoint plus a backfill. migrate does
    V + 1: no gap, no double counts. From then on the changed query runs on the new checkpoint and the
    original sink path: its Delta sink skips the batches the switch wrote and appends the rest.
 
-Stop the old query before migrating (its next batch would write into the switched table); the old
-checkpoint is retired by the switch. Delta sinks only (the switch is a Delta commit).
+Stop the old query before migrating. The switch retires the old checkpoint: it writes
+`retired.json` there, and a start of any query on it is refused, naming the new checkpoint (so the
+old query cannot write into the switched table again); and it removes the staging table. Delta sinks only (the switch is a Delta commit).
 `--backfill-from-sink` (seed from the old query's table) is not supported yet.
 """
 from __future__ import annotations
@@ -65,6 +66,19 @@ def _point_conf_at_sink(loc: Any, writer: Any, sink_path: str, opts: dict[str, A
     conf = _read_conf(loc)
     conf["plan"] = {**conf["plan"], "sink": _sink_fingerprint(writer, sink_path, opts)}
     loc.write_json("conf.json", conf)
+
+
+def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None:
+    """The old checkpoint can no longer write into the switched table: build_runtime refuses a
+    checkpoint holding retired.json, naming the new one."""
+    from .. import storage
+    if not old:
+        return
+    loc = storage.location(old, opts)
+    if loc.exists("metadata.json"):
+        import datetime as dt
+        loc.write_json("retired.json", {"to": to_url, "sink": storage.redact_url(sink_path),
+                                        "at": dt.datetime.now(dt.timezone.utc).isoformat()})
 
 
 def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: str = "earliest",
@@ -135,6 +149,8 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
                         commit_properties=commit_properties(meta["id"], last_id))
         version = open_table(sink_path, opts or None).version()
         _point_conf_at_sink(new_loc, drain, sink_path, opts)
+        _retire(old, opts, new_loc.url, sink_path)
+        storage.location(staging_table, opts).delete_prefix("")
         report(f"switched over: {storage.redact_url(sink_path)} version {version} holds the changed query's result "
                f"up to batch {last_id} ({table.num_rows} rows)")
     else:

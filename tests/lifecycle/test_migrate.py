@@ -81,6 +81,11 @@ def test_migrate_api_with_data_arriving_between_drains(tmp_path, monkeypatch):
     assert t.history(1)[0]["operation"] in ("WRITE", "CREATE OR REPLACE TABLE")
     assert "revenue" in t.schema().to_arrow().names
     assert t.transaction_version(res.query_id) == res.last_batch_id
+    assert not os.path.exists(res.staging_table)                   # the staging table is removed
+    r = subprocess.run([sys.executable, "-c", "import migrate_queries as q; q.original().start().await_termination()"],
+                       env=old, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "retired" in r.stderr and str(tmp_path / "chk_new") in r.stderr, r.stderr[-2000:]
+    assert DeltaTable(old["MIG_OUT"]).version() == res.sink_version  # the old query wrote nothing
     _file(inp, 9)                                                   # after the switch: the changed query goes on
     _run(_env(tmp_path, "chk_new", "out"), "changed")
     assert _rows(old["MIG_OUT"]) == _scratch(tmp_path)
@@ -112,6 +117,8 @@ def test_migrate_cli_while_files_keep_landing(tmp_path):
         writer.join()
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "switched over" in r.stdout and "drain 0" in r.stdout
+    assert not os.path.exists(str(tmp_path / "out") + "__migrate")
+    assert os.path.exists(str(tmp_path / "chk_old" / "retired.json"))
     new = _env(tmp_path, "chk_new", "out")
     again = subprocess.run([BIN, "check", "migrate_queries:changed"], env=new, capture_output=True, text=True,
                            timeout=300)
