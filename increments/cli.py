@@ -22,8 +22,9 @@ Spark's it breaks. Exit 0 safe, 1 not (increments/lifecycle/check.py).
     increments migrate <module:function | registered name> --to <new checkpoint> [--backfill earliest]
 
 runs the changed query on the new checkpoint as AvailableNow drains from the earliest offsets into a
-staging Delta table, repeats while data keeps arriving, then switches the sink over in one Delta
-commit (increments/lifecycle/migrate.py).
+staging Delta table, repeats until its committed source offsets reach the old query's last committed
+offsets, then switches the sink over in one Delta commit and retires the old checkpoint
+(increments/lifecycle/migrate.py).
 
     increments migrate-log <checkpoint> --to URL [--from URL] [--storage-option KEY=VALUE ...]
 

@@ -8,8 +8,11 @@ old checkpoint; Spark's advice is a new checkpoint plus a backfill. migrate does
    starting_offsets; a file or Delta source reads everything from the start on a new checkpoint),
    writing into a staging Delta table beside the sink (`<sink path>__migrate`). Readers keep reading
    the old query's table meanwhile.
-2. catch up: drains repeat while new data keeps arriving, until a drain needs at most one batch
-   (the backlog is down to what arrives while one batch runs), or `max_rounds` drains ran.
+2. catch up: drains repeat until the new query's committed source offsets are at or past the old
+   query's last committed offsets (read from the old checkpoint's log after each drain, so an old
+   query still running is followed); numbers compare, Kafka's per-partition and Delta's offsets part
+   by part. Not caught up after `max_rounds` drains: an error, nothing switched. Data arriving after
+   the old query's last batch is the new query's to read after the switch.
 3. switch over: one overwrite commit of the sink table with the staging table's rows (a new Delta
    version of the sink, schema replaced), carrying the new query's app transaction (its query id,
    its last batch id). Readers see the old result up to version V and the new query's result from
@@ -68,6 +71,47 @@ def _point_conf_at_sink(loc: Any, writer: Any, sink_path: str, opts: dict[str, A
     loc.write_json("conf.json", conf)
 
 
+def _committed_end(log_url: str | None, loc: Any) -> dict[str, Any] | None:
+    """The end offsets (per source index) of the last batch the checkpoint's log committed."""
+    from ..checkpoint.log import open_log
+    from ..checkpoint.metadata import read_metadata
+    meta = read_metadata(loc)
+    if meta is None:
+        return None
+    log = open_log(log_url, loc, meta["id"])
+    c = log.latest_commit()
+    e = log.get_offsets(c.batch_id) if c is not None else None
+    return dict(e.end) if e is not None else None
+
+
+def _at_least(a: Any, b: Any) -> bool:
+    """Offset a is at or past offset b: numbers compare, dicts (Kafka topic/partition, Delta
+    version/index) and lists compare part by part; anything else must be equal."""
+    if a == b:
+        return True
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return a >= b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(k in a and _at_least(a[k], v) for k, v in b.items())
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return all(_at_least(x, y) for x, y in zip(a, b))
+    return False
+
+
+def _behind(new: dict[str, Any] | None, old: dict[str, Any] | None) -> list[str]:
+    """The sources at which the new query's committed offsets are short of the old query's."""
+    if not old:
+        return []
+    new = new or {}
+    return [f"source {i}: new {_json(new.get(i))}, old {_json(o)}" for i, o in sorted(old.items())
+            if not _at_least(new.get(i), o)]
+
+
+def _json(v: Any) -> str:
+    import json
+    return json.dumps(v, separators=(",", ":"), default=str)
+
+
 def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None:
     """The old checkpoint can no longer write into the switched table: build_runtime refuses a
     checkpoint holding retired.json, naming the new one."""
@@ -114,6 +158,7 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
     _earliest(writer.frame.node)
     drain = writer.checkpoint_location(to_checkpoint).trigger(available_now=True)
     rounds: list[dict[str, Any]] = []
+    behind: list[str] = ["no drain ran"]
     for r in range(max_rounds):
         q = drain.start(staging_table)
         q.await_termination()
@@ -124,10 +169,20 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
         report(f"drain {r}: {len(batches)} batches, {rows} input rows")
         if on_round is not None:
             on_round(rounds[-1])
-        if len(batches) <= 1:
+        old_end = _committed_end(s.options.get("log_url"), storage.location(old, opts)) if old else None
+        behind = _behind(_committed_end(s.options.get("log_url"), new_loc), old_end)
+        rounds[-1]["caught_up"] = not behind
+        if not behind:
+            report(f"drain {r}: caught up with the old query's last committed offsets {_json(old_end)}")
             break
+        report(f"drain {r}: behind the old query's last committed offsets: {'; '.join(behind)}")
         if between_rounds is not None:
             between_rounds(r)
+    else:
+        raise AnalysisException(f"increments migrate: after {max_rounds} drains the new query has not caught up with "
+                                f"the old query's last committed offsets ({'; '.join(behind)}); nothing was switched "
+                                "over. Stop the old query (its offsets keep moving), or check that the data it read is "
+                                "still retained")
     meta = read_metadata(new_loc)
     assert meta is not None
     log = open_log(s.options.get("log_url"), new_loc, meta["id"], s.query_name or meta["id"])

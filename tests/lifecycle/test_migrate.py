@@ -51,15 +51,16 @@ def _scratch(tmp_path) -> list[tuple]:
     return _rows(env["MIG_OUT"])
 
 
-def test_migrate_api_with_data_arriving_between_drains(tmp_path, monkeypatch):
-    """In process, data lands between the drains (deterministically: the between_rounds hook)."""
+def test_migrate_api_follows_the_old_query_until_caught_up(tmp_path, monkeypatch):
+    """In process: the old query (not yet stopped) commits more batches while drain 0 runs
+    (deterministically: the on_round hook runs it), so drain 0 is behind its committed offsets and a
+    second drain follows; the switch comes once the new query's offsets reach the old query's."""
     from deltalake import DeltaTable
     inp = str(tmp_path / "in")
     for f in range(3):
         _file(inp, f)
     old = _env(tmp_path, "chk_old", "out")
     _run(old, "original")
-    before = DeltaTable(old["MIG_OUT"]).version()
     assert "revenue" not in DeltaTable(old["MIG_OUT"]).schema().to_arrow().names
     for k, v in old.items():
         if k.startswith("MIG_"):
@@ -67,17 +68,25 @@ def test_migrate_api_with_data_arriving_between_drains(tmp_path, monkeypatch):
     sys.path.insert(0, HERE)
     import migrate_queries
     from increments.lifecycle.migrate import migrate
-    landed = iter(range(3, 9))
+    seen = {}
+
+    def old_goes_on(r: dict) -> None:
+        if r["round"] == 0:
+            for f in (3, 4):
+                _file(inp, f)
+            _run(old, "original")               # the old query's offsets move past what drain 0 read
+            seen["before"] = DeltaTable(old["MIG_OUT"]).version()
 
     def more(_round: int) -> None:
-        for _ in range(2):
-            f = next(landed, None)
-            if f is not None:
-                _file(inp, f)
-    res = migrate(migrate_queries.changed(), str(tmp_path / "chk_new"), between_rounds=more, report=lambda s: None)
-    assert len(res.rounds) >= 2 and sum(r["input_rows"] for r in res.rounds) == 9 * 8
+        _file(inp, 5)                           # after the old query's last batch: read by the new query
+    lines: list[str] = []
+    res = migrate(migrate_queries.changed(), str(tmp_path / "chk_new"), on_round=old_goes_on, between_rounds=more,
+                  report=lines.append)
+    assert [r["caught_up"] for r in res.rounds] == [False, True], lines
+    assert any("behind the old query" in x for x in lines) and any("caught up" in x for x in lines)
+    assert sum(r["input_rows"] for r in res.rounds) == 6 * 8
     t = DeltaTable(old["MIG_OUT"])
-    assert res.sink_version == before + 1 == t.version()           # the switch is one commit
+    assert res.sink_version == seen["before"] + 1 == t.version()   # the switch is one commit
     assert t.history(1)[0]["operation"] in ("WRITE", "CREATE OR REPLACE TABLE")
     assert "revenue" in t.schema().to_arrow().names
     assert t.transaction_version(res.query_id) == res.last_batch_id
@@ -89,6 +98,33 @@ def test_migrate_api_with_data_arriving_between_drains(tmp_path, monkeypatch):
     _file(inp, 9)                                                   # after the switch: the changed query goes on
     _run(_env(tmp_path, "chk_new", "out"), "changed")
     assert _rows(old["MIG_OUT"]) == _scratch(tmp_path)
+
+
+def test_migrate_not_caught_up_switches_nothing(tmp_path, monkeypatch):
+    from deltalake import DeltaTable
+
+    from increments.errors import AnalysisException
+    inp = str(tmp_path / "in")
+    for f in range(2):
+        _file(inp, f)
+    old = _env(tmp_path, "chk_old", "out")
+    _run(old, "original")
+    for k, v in old.items():
+        if k.startswith("MIG_"):
+            monkeypatch.setenv(k, v)
+    sys.path.insert(0, HERE)
+    import migrate_queries
+    from increments.lifecycle.migrate import migrate
+
+    def old_goes_on(r: dict) -> None:
+        _file(inp, 2 + r["round"])
+        _run(old, "original")
+    with pytest.raises(AnalysisException, match="has not caught up"):
+        migrate(migrate_queries.changed(), str(tmp_path / "chk_new"), max_rounds=2, on_round=old_goes_on,
+                report=lambda s: None)
+    t = DeltaTable(old["MIG_OUT"])
+    assert "revenue" not in t.schema().to_arrow().names       # not switched: the old query's result stays
+    assert not os.path.exists(str(tmp_path / "chk_old" / "retired.json"))
 
 
 def test_migrate_cli_while_files_keep_landing(tmp_path):
