@@ -72,20 +72,11 @@ class DeltaDeadLetter:
 
     def write(self, ctx: Any, bad_rows: pa.Table, reasons: pa.Array) -> int:
         """Append the batch's bad rows once per (query, batch); returns how many bad rows it had."""
-        from deltalake import write_deltalake
-
-        from .delta import commit_properties, open_table
+        from .delta import append_once
         if bad_rows.num_rows == 0:
             return 0
         app_id = f"increments-dead-letter:{getattr(ctx, 'query_id', '') or ctx.query_name}"
-        opts = self.options(ctx)
-        dt = open_table(self.path, opts)
-        if dt is not None:
-            done = dt.transaction_version(app_id)
-            if done is not None and int(done) >= ctx.batch_id:
-                return bad_rows.num_rows
-        write_deltalake(self.path, self.rows(ctx, bad_rows, reasons), mode="append",
-                        commit_properties=commit_properties(app_id, ctx.batch_id), storage_options=opts)
+        append_once(self.path, self.rows(ctx, bad_rows, reasons), app_id, ctx.batch_id, self.options(ctx))
         return bad_rows.num_rows
 
 

@@ -103,6 +103,22 @@ def transaction_version(path: str, app_id: str, storage_options: dict | None = N
     return None if v is None else int(v)
 
 
+def append_once(path: str, table: pa.Table, app_id: str, batch_id: int, storage_options: dict | None = None,
+                **write_kw: Any) -> bool:
+    """Append `table` to the Delta table at `path` in one commit carrying the app transaction
+    (app_id, batch_id), unless the table already holds that transaction at or past batch_id (a
+    redo); True when it wrote. The exactly-once rule of the side tables (dead letters, late rows)."""
+    from deltalake import write_deltalake
+    dt = open_table(path, storage_options)
+    if dt is not None:
+        done = dt.transaction_version(app_id)
+        if done is not None and int(done) >= batch_id:
+            return False
+    write_deltalake(path, table, mode="append", commit_properties=commit_properties(app_id, batch_id),
+                    storage_options=storage_options, **write_kw)
+    return True
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 

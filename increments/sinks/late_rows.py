@@ -63,20 +63,10 @@ def side_table(ctx: Any, op: Any, rows: pa.Table, watermark_ms: int, side: str |
 def write(target: Any, ctx: Any, op: Any, parts: list[tuple[str | None, pa.Table]], watermark_ms: int) -> int:
     """Append one operator's late rows of this batch to `target` (a DeltaDeadLetter) once; returns
     how many rows the batch sends there (also when a redo finds them already written)."""
-    from deltalake import write_deltalake
-
-    from .delta import commit_properties, open_table
+    from .delta import append_once
     tables = [side_table(ctx, op, rows, watermark_ms, side) for side, rows in parts if rows.num_rows]
     if not tables:
         return 0
     table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    aid = app_id(ctx, op)
-    opts = target.options(ctx)
-    dt = open_table(target.path, opts)
-    if dt is not None:
-        done = dt.transaction_version(aid)
-        if done is not None and int(done) >= ctx.batch_id:
-            return table.num_rows
-    write_deltalake(target.path, table, mode="append", schema_mode="merge",
-                    commit_properties=commit_properties(aid, ctx.batch_id), storage_options=opts)
+    append_once(target.path, table, app_id(ctx, op), ctx.batch_id, target.options(ctx), schema_mode="merge")
     return table.num_rows
