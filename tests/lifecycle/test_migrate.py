@@ -51,21 +51,29 @@ def _scratch(tmp_path) -> list[tuple]:
     return _rows(env["MIG_OUT"])
 
 
+def _old_query_ran(tmp_path, monkeypatch, files: int) -> dict:
+    """`files` input files, the original query run over them on chk_old, and the MIG_* environment
+    set in this process (as migrate runs the changed query here); returns that environment."""
+    inp = str(tmp_path / "in")
+    for f in range(files):
+        _file(inp, f)
+    old = _env(tmp_path, "chk_old", "out")
+    _run(old, "original")
+    for k, v in old.items():
+        if k.startswith("MIG_"):
+            monkeypatch.setenv(k, v)
+    sys.path.insert(0, HERE)
+    return old
+
+
 def test_migrate_api_follows_the_old_query_until_caught_up(tmp_path, monkeypatch):
     """In process: the old query (not yet stopped) commits more batches while drain 0 runs
     (deterministically: the on_round hook runs it), so drain 0 is behind its committed offsets and a
     second drain follows; the switch comes once the new query's offsets reach the old query's."""
     from deltalake import DeltaTable
     inp = str(tmp_path / "in")
-    for f in range(3):
-        _file(inp, f)
-    old = _env(tmp_path, "chk_old", "out")
-    _run(old, "original")
+    old = _old_query_ran(tmp_path, monkeypatch, 3)
     assert "revenue" not in DeltaTable(old["MIG_OUT"]).schema().to_arrow().names
-    for k, v in old.items():
-        if k.startswith("MIG_"):
-            monkeypatch.setenv(k, v)
-    sys.path.insert(0, HERE)
     import migrate_queries
     from increments.lifecycle.migrate import migrate
     seen = {}
@@ -105,14 +113,7 @@ def test_migrate_not_caught_up_switches_nothing(tmp_path, monkeypatch):
 
     from increments.errors import AnalysisException
     inp = str(tmp_path / "in")
-    for f in range(2):
-        _file(inp, f)
-    old = _env(tmp_path, "chk_old", "out")
-    _run(old, "original")
-    for k, v in old.items():
-        if k.startswith("MIG_"):
-            monkeypatch.setenv(k, v)
-    sys.path.insert(0, HERE)
+    old = _old_query_ran(tmp_path, monkeypatch, 2)
     import migrate_queries
     from increments.lifecycle.migrate import migrate
 

@@ -10,18 +10,12 @@ import dagster as dg
 LIFECYCLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "lifecycle")
 sys.path.insert(0, LIFECYCLE)
 
-from test_migrate import _env, _file, _rows, _run, _scratch  # noqa: E402
+from test_migrate import _env, _file, _old_query_ran, _rows, _run, _scratch  # noqa: E402
 
 
 def test_migrate_job_shows_drains_and_switches(tmp_path, monkeypatch):
     inp = str(tmp_path / "in")
-    for f in range(4):
-        _file(inp, f)
-    old = _env(tmp_path, "chk_old", "out")
-    _run(old, "original")
-    for k, v in old.items():
-        if k.startswith("MIG_"):
-            monkeypatch.setenv(k, v)
+    old = _old_query_ran(tmp_path, monkeypatch, 4)
     import migrate_queries
     from orchestration.factory import make_spec
     from orchestration.migrate import make_migrate_job
