@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 
 from . import Location, ObjectInfo
@@ -82,9 +83,7 @@ class LocalLocation(Location):
             st = os.stat(self._p(name))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if not os.path.isfile(self._p(name)):
-            return None
-        return _info(name, st)
+        return _info(name, st) if stat.S_ISREG(st.st_mode) else None
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> list[ObjectInfo]:
         base = self._p(prefix)

@@ -29,7 +29,7 @@ _STORES: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
 
 
-def _split_options(scheme: str, options: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
     config: dict[str, str] = {}
     client: dict[str, Any] = {}
     for k, v in options.items():
@@ -58,7 +58,7 @@ def _store(scheme: str, bucket: str, options: dict[str, Any]):
             st = _STORES.get(key)
             if st is None:
                 from obstore.store import from_url
-                config, client = _split_options(scheme, options)
+                config, client = _split_options(options)
                 try:
                     st = from_url(f"{scheme}://{bucket}", config=config or None, client_options=client or None)
                 except Exception as e:  # noqa: BLE001  (obstore raises its own config errors)
