@@ -133,15 +133,11 @@ class Location:
 
     def fetch_local(self, name: str, cache_dir: str) -> str:
         """A local file holding the object: its own path when local, else a copy under `cache_dir`
-        (the caller removes it)."""
+        that the caller removes (the remote location streams it there)."""
         p = self.local_path(name)
-        if p is not None:
-            return p
-        data = self.read_bytes(name)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix="fetch-", suffix="-" + os.path.basename(name))
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return tmp
+        if p is None:
+            raise NotImplementedError
+        return p
 
     # -- conveniences --------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
