@@ -11,6 +11,7 @@ from ..durations import parse_duration_ms
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time_source
 from ..plan import nodes as n
 from ..types import parse_schema
+from .static import as_static_node
 
 
 class StreamFrame:
@@ -89,7 +90,6 @@ class StreamFrame:
         return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, True))
 
     def join(self, other: Any, on: Any, how: str = "inner") -> "StreamFrame":
-        from .reader import as_static_node
         how = how.lower().replace("leftouter", "left_outer").replace("rightouter", "right_outer")
         how = {"left": "left_outer", "right": "right_outer", "outer": "full_outer", "full": "full_outer",
                "fullouter": "full_outer", "semi": "left_semi", "leftsemi": "left_semi"}.get(how, how)
@@ -147,7 +147,6 @@ def _frame_node(other: Any, what: str) -> n.Node:
 
 
 def _initial_state_node(value: Any, keys: tuple[str, ...]) -> tuple[n.Node, tuple[str, ...]]:
-    from .reader import as_static_node
     init_keys = keys
     if isinstance(value, GroupedFrame):
         init_keys = tuple(k for k in value._keys if isinstance(k, str))

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from ..plan import nodes as n
 from .frame import StreamFrame
+from .static import StaticTable, as_static_node  # noqa: F401  (as_static_node: re-exported)
 
 
 class _MemoryFrame(StreamFrame):
@@ -79,32 +80,6 @@ class DataStreamReader:
         return f
 
 
-class StaticTable:
-    """A static side: a loader the join re-runs every batch (Delta: at the table's latest version)."""
-
-    def __init__(self, description: str, load_fn: Any, schema_fn: Any):
-        self.description = description
-        self._load, self._schema = load_fn, schema_fn
-        self.last_version: Any = None
-        self.alias_name: str | None = None
-
-    def alias(self, name: str) -> "StaticTable":
-        """Qualify the static side's columns (`d.ad_id`) in a join condition, as StreamFrame.alias."""
-        import copy
-        out = copy.copy(self)
-        out.alias_name = name
-        return out
-
-    def load(self) -> pa.Table:
-        out = self._load()
-        if isinstance(out, tuple):
-            out, self.last_version = out
-        return out
-
-    def schema(self) -> pa.Schema:
-        return self._schema()
-
-
 class DataFrameReader:
     def delta(self, path: str, storage_options: dict[str, Any] | None = None) -> StaticTable:
         """The Delta table at `path`, re-read at its latest version every batch."""
@@ -143,13 +118,3 @@ class DataFrameReader:
         """Every published batch of a format('parquet') sink at `path` (local or URL)."""
         from ..sinks.parquet import read_parquet_sink
         return read_parquet_sink(path, storage_options)
-
-
-def as_static_node(other: Any) -> n.StaticNode:
-    if isinstance(other, StaticTable):
-        node = n.StaticNode(other)
-        return n.Alias(node, other.alias_name) if other.alias_name else node
-    if isinstance(other, pa.Table):
-        return n.StaticNode(StaticTable("arrow table", lambda t=other: t, lambda t=other: t.schema))
-    raise TypeError(f"join: cannot join with {type(other).__name__}; use a stream frame, inc.read.delta(path), "
-                    "inc.read.files(...) or a pyarrow.Table")
