@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
-from ..plan.compiler import register
 from ..sql import run_sql
 from .base import BatchContext, PhysicalOp
 from .state_util import (columns_pylist, duck_type, encode_rows, partition_sql, q, side_stores,
@@ -139,7 +138,6 @@ class DeduplicateOp(PhysicalOp):
             store.delete_range(None, end)
 
 
-@register(n.Deduplicate)
 def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:
     child = compiler.build(node.child)
     op = DeduplicateOp(child, node.subset, node.within_watermark)

@@ -42,7 +42,6 @@ import pyarrow.compute as pc
 from state.encoding import decode_key, decode_value, encode_key, encode_value
 
 from ..plan import nodes as n
-from ..plan.compiler import register
 from ..sql import run_sql
 from ..stateful_processor import (LIST, MAP, TIMER, VALUE, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
                                   StatefulProcessorHandle, TimerValues, pad_ms, unpad_ms)
@@ -301,7 +300,6 @@ def _query_info(ctx: BatchContext) -> QueryInfo:
     return QueryInfo(ctx.query_name, "", ctx.batch_id)
 
 
-@register(n.TransformWithState)
 def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
     from ..errors import AnalysisException
     child = compiler.build(node.child)

@@ -13,7 +13,6 @@ import pyarrow as pa
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
-from ..plan.compiler import register
 from ..sql import quote_ident, run_sql
 from .base import BatchContext, PhysicalOp
 
@@ -78,7 +77,6 @@ def _conform(table: pa.Table, schema: pa.Schema, by_name: bool) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-@register(n.Union)
 def build_union(compiler, node: n.Union) -> PhysicalOp:
     left, right = compiler.build(node.left), compiler.build(node.right)
     if not (n.is_streaming(node.left) and n.is_streaming(node.right)):

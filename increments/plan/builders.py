@@ -1,0 +1,39 @@
+"""The plan-to-operator boundary: the builder of every logical node that Compiler.build does not
+build itself.
+
+Compiler.build turns the stateless nodes into operators directly (source and static scans,
+select / filter / with_column / sort / limit as SQL stages, alias, parse_json, with_watermark);
+every other node type is built by the function this table names, imported explicitly from its
+operator module. A builder is `builder(compiler, node) -> PhysicalOp`: it builds its inputs with
+`compiler.build(child)`, takes a stable operator id with `compiler.next_operator_id(op)` when it
+keeps state, and raises AnalysisException for what it refuses (the checks that need the built
+inputs' schemas; the pure plan checks are in plan/validate.py).
+
+A node type missing from this table and from Compiler.build is refused ("... is not supported on
+streams yet"). The table is imported by Compiler.build when it first needs it, not when
+plan/compiler.py is imported: the operator modules import plan/compiler.py themselves (their
+`@register` lines, and aggregate / join build sub-plans with Compiler), so a module-level import
+here would be a cycle.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..operators.aggregate import build_aggregate
+from ..operators.base import PhysicalOp
+from ..operators.dedup import build_dedup
+from ..operators.join import build_join
+from ..operators.transform_with_state import build as build_transform_with_state
+from ..operators.union import build_union
+from . import nodes as n
+
+Builder = Callable[[Any, Any], PhysicalOp]
+
+#: node type -> builder(compiler, node) -> PhysicalOp (exact type: subclasses are not looked up)
+BUILDERS: dict[type, Builder] = {
+    n.Aggregate: build_aggregate,
+    n.Deduplicate: build_dedup,
+    n.Join: build_join,
+    n.Union: build_union,
+    n.TransformWithState: build_transform_with_state,
+}
