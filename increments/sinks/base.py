@@ -1,8 +1,10 @@
 """The sink interface.
 
-Contract: `add_batch(ctx, batch_id, table)` may be called more than once for the same batch id
-(a redo after a crash before commits[N]); the sink must then leave the same output as one call
-(skip what it already holds, or replace it). It returns the rows it wrote and, where the system
+Contract: `open(ctx)` is called once per process before its first write (the SinkContext names the
+query, its output mode and checkpoint; the base class keeps it as `self.ctx`). Then
+`add_batch(batch_id, table)` may be called more than once for the same batch id (a redo after a
+crash before commits[N]); the sink must then leave the same output as one call (skip what it
+already holds, or replace it). It returns a SinkResult: the rows it wrote and, where the system
 has one, the version it wrote (the Delta table version) for lineage.
 """
 from __future__ import annotations
