@@ -112,6 +112,48 @@ def _json(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), default=str)
 
 
+def _drain(writer: Any, staging_table: str, r: int, phase: str) -> dict[str, Any]:
+    """One AvailableNow drain of `writer` into the staging table; its summary."""
+    q = writer.start(staging_table)
+    q.await_termination()
+    batches = [p for p in q.recent_progress if p.get("num_input_rows")]
+    return {"round": r, "phase": phase, "batches": len(batches), "input_rows": sum(p["num_input_rows"] for p in batches),
+            "last_batch_id": q.last_progress["batch_id"] if q.last_progress else None}
+
+
+def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str, Any], staging_table: str, new_loc: Any,
+                        sink_check: bool, rounds: list[dict[str, Any]], report: Callable[[str], None],
+                        on_round: Callable[[dict[str, Any]], None] | None) -> None:
+    """--backfill-from-sink (lifecycle/from_sink.py): check the contract, then one drain of the changed
+    query reading the old table under the old query's offsets; the new checkpoint's log then ends at
+    the old query's last committed offsets, where the source drains continue."""
+    from .. import storage
+    from .from_sink import backfill_writer, check_rows, plan_backfill
+    name = drain.settings.query_name or storage.redact_url(sink_path)
+    bf = plan_backfill(writer, sink_path, opts, name)
+    if sink_check:
+        n, rows = check_rows(bf, bf.check_source, opts)
+        report(f"rows check: the old table holds the source's rows of the old query's last {n} batches with data "
+               f"({rows} rows) unchanged in the columns the changed query reads {bf.columns}")
+    else:
+        report("rows check skipped (sink_check=False): the old table is taken as the source's rows unchanged")
+    r = len(rounds)
+    rounds.append(_drain(backfill_writer(drain, bf), staging_table, r, "sink"))
+    end = (_committed_end(drain.settings.options.get("log_url"), new_loc) or {}).get("0")
+    rounds[-1]["caught_up"] = False
+    report(f"drain {r}: backfill from the old table {bf.table} (versions up to {max(bf.versions.values())}, the old "
+           f"query's batches 0..{bf.batches[-1].batch_id}): {rounds[-1]['batches']} batches, "
+           f"{rounds[-1]['input_rows']} input rows")
+    if on_round is not None:
+        on_round(rounds[-1])
+    from .from_sink import _key
+    if end is None or _key(end) != _key(bf.last):
+        raise AnalysisException(f"increments migrate --backfill-from-sink: query {name!r}: after the backfill from "
+                                f"{bf.table} the new checkpoint {new_loc.url} stands at offsets {_json(end)}, not at "
+                                f"the old query's last committed offsets {_json(bf.last)}; nothing was switched over")
+    report(f"drain {r}: the new checkpoint continues from the source at the old query's offsets {_json(bf.last)}")
+
+
 def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None:
     """The old checkpoint can no longer write into the switched table: build_runtime refuses a
     checkpoint holding retired.json, naming the new one."""
@@ -128,17 +170,17 @@ def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None
 def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: str = "earliest",
             max_rounds: int = 50, report: Callable[[str], None] = print,
             between_rounds: Callable[[int], None] | None = None,
-            on_round: Callable[[dict[str, Any]], None] | None = None) -> MigrateResult:
-    """See the module doc. `writer` is the changed query's writer (its checkpoint is the old one)."""
+            on_round: Callable[[dict[str, Any]], None] | None = None, sink_check: bool = True) -> MigrateResult:
+    """See the module doc. `writer` is the changed query's writer (its checkpoint is the old one).
+    `backfill`: "earliest" or "from-sink" (lifecycle/from_sink.py; `sink_check=False` skips its
+    rows check). Each drain's summary goes to `on_round` ({"round", "phase": "sink" | "source",
+    "batches", "input_rows", "last_batch_id", "caught_up"})."""
     from .. import storage
     from ..checkpoint.log import open_log
     from ..checkpoint.metadata import read_metadata
     from ..checkpoint.metadata import _read_conf
     from ..sinks.delta import commit_properties, read_table
-    if backfill == "from-sink":
-        raise AnalysisException("increments migrate --backfill-from-sink is not supported yet: use --backfill "
-                                "earliest (the sources' retained data)")
-    if backfill != "earliest":
+    if backfill not in ("earliest", "from-sink"):
         raise AnalysisException(f"increments migrate: unknown backfill {backfill!r}")
     s = writer.settings
     if (s.format or "").lower() != "delta" or s.foreach_batch is not None or s.sink is not None:
@@ -155,18 +197,16 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
         raise AnalysisException(f"increments migrate: --to {new_loc.url} is the query's current checkpoint; "
                                 "migrate to a new checkpoint location")
     staging_table = sink_path.rstrip("/") + "__migrate"
-    _earliest(writer.frame.node)
-    drain = writer.checkpoint_location(to_checkpoint).trigger(available_now=True)
     rounds: list[dict[str, Any]] = []
+    drain = writer.checkpoint_location(to_checkpoint).trigger(available_now=True)
+    if backfill == "from-sink":
+        _backfill_from_sink(writer, drain, sink_path, opts, staging_table, new_loc, sink_check, rounds, report, on_round)
+    else:
+        _earliest(writer.frame.node)
     behind: list[str] = ["no drain ran"]
-    for r in range(max_rounds):
-        q = drain.start(staging_table)
-        q.await_termination()
-        batches = [p for p in q.recent_progress if p.get("num_input_rows")]
-        rows = sum(p["num_input_rows"] for p in batches)
-        rounds.append({"round": r, "batches": len(batches), "input_rows": rows,
-                       "last_batch_id": q.last_progress["batch_id"] if q.last_progress else None})
-        report(f"drain {r}: {len(batches)} batches, {rows} input rows")
+    for r in range(len(rounds), len(rounds) + max_rounds):
+        rounds.append(_drain(drain, staging_table, r, "source"))
+        report(f"drain {r}: {rounds[-1]['batches']} batches, {rounds[-1]['input_rows']} input rows")
         if on_round is not None:
             on_round(rounds[-1])
         old_end = _committed_end(s.options.get("log_url"), storage.location(old, opts)) if old else None
