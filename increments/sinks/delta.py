@@ -141,10 +141,13 @@ class DeltaSink(Sink):
         return f"DeltaSink[{storage.redact_url(self.path)}]"
 
     def open(self, ctx: SinkContext) -> None:
-        """Refuses an unknown scheme; merges the sink's storage_options over the query's."""
+        """Refuses an unknown scheme; merges the sink's storage_options over the query's; forgets the
+        snapshot of an earlier open (another query id, or a restart)."""
         storage.check_scheme(self.path, "format('delta') path")
         super().open(ctx)
         self.storage_options = {**(getattr(ctx, "storage_options", None) or {}), **self.own_storage_options} or None
+        self._dt: Any = None           # the sink's snapshot of the table (_snapshot), per open (per query id)
+        self._done: int | None = None  # the query's last batch id in it
 
     def _table(self):
         return open_table(self.path, self.storage_options)
@@ -155,67 +158,104 @@ class DeltaSink(Sink):
         return dt is not None and dt.transaction_version(query_id) is not None
 
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
-        """See the module doc: skip when the table holds this query's batch, else one commit."""
+        """See the module doc: skip when the table holds this query's batch, else one commit.
+
+        The check uses the sink's own snapshot of the table (loaded once, then moved forward by its
+        own commits), not a fresh read of the log per batch: the query's last batch id in the table
+        is what this sink last wrote, unless another writer of the same query id (a zombie run, or
+        the run this one replaced) committed since. Such a commit cannot go unseen: delta-rs
+        refuses a commit when a commit made after its snapshot carries a transaction of the same
+        app id ("Concurrent transaction failed"), so the write fails, and the sink then reloads
+        the table, checks again (skipping the batch if the other writer already wrote it) and
+        writes once more on the current snapshot. Commits of other writers (other app ids) are
+        handled by delta-rs' conflict checker as for any Delta writer."""
         app_id = self.ctx.query_id
-        dt = self._current_table()
-        if dt is not None:
-            done = dt.transaction_version(app_id)
-            if done is not None and int(done) >= batch_id:
-                return SinkResult(0, version=dt.version(), skipped_replay=True)
+        dt, done, fresh = self._snapshot()
         mode = self.ctx.output_mode
-        if mode == "append" and table.num_rows == 0:
-            return SinkResult(0, version=dt.version() if dt is not None else None)
-        if mode == "update" and dt is not None:
-            keys = list(self.ctx.key_columns)
-            if not keys:
-                raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
-            if table.num_rows == 0:
-                return SinkResult(0, version=dt.version())
-        try:
-            self._commit(dt, batch_id, table)
-        except Exception as e:  # noqa: BLE001 - a table another writer changed: name the columns
-            if dt is None or mode == "complete":
-                raise
-            diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
-            if not diff:
-                raise
-            from ..errors import SinkSchemaError
-            raise SinkSchemaError(
-                f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
-                f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
-                f"written. Restore the table's schema, change the query to write those columns, or write to a new "
-                f"table (with a new checkpoint). [{storage.redact(str(e))}]") from None
+        while True:
+            if done is not None and done >= batch_id:
+                return SinkResult(0, version=dt.version(), skipped_replay=True)
+            if mode == "append" and table.num_rows == 0:
+                return SinkResult(0, version=dt.version() if dt is not None else None)
+            if mode == "update" and dt is not None:
+                keys = list(self.ctx.key_columns)
+                if not keys:
+                    raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query "
+                                     "has none")
+                if table.num_rows == 0:
+                    return SinkResult(0, version=dt.version())
+            try:
+                self._commit(dt, batch_id, table)
+                break
+            except Exception as e:  # noqa: BLE001 - a stale snapshot: reload, check again, retry once
+                if not fresh:
+                    self._dt = None
+                    dt, done, fresh = self._snapshot()
+                    continue
+                if dt is None or mode == "complete":
+                    raise
+                diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
+                if not diff:
+                    raise
+                from ..errors import SinkSchemaError
+                raise SinkSchemaError(
+                    f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
+                    f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
+                    f"written. Restore the table's schema, change the query to write those columns, or write to a "
+                    f"new table (with a new checkpoint). [{storage.redact(str(e))}]") from None
         if dt is None:
             self._dt = self._table()              # the table this batch created: one full load, once
-        else:
-            dt.update_incremental()               # the write went through dt (or a MERGE on it)
+        # (a write or MERGE through dt moves dt to the version it committed: no request)
+        self._done = batch_id
         return SinkResult(table.num_rows, version=self._dt.version())
 
-    def _current_table(self):
-        """The table as it is now: one DeltaTable per sink brought up to date incrementally (the
-        log entries since the last batch), not a full load of the log per batch (on an object store
-        that is a listing plus a GET per log entry since the last checkpoint, three times a batch)."""
+    def _snapshot(self) -> tuple[Any, int | None, bool]:
+        """(the sink's DeltaTable or None when there is no table, this query's last batch id in it,
+        whether it was loaded just now). The first call loads the table (a listing plus the log
+        since its last checkpoint) and reads the query's transaction (a replay of that log); later
+        calls cost no request (add_batch's docstring says why that is safe)."""
         dt = getattr(self, "_dt", None)
-        if dt is None:
-            self._dt = dt = self._table()
-        else:
-            dt.update_incremental()
-        return dt
+        if dt is not None:
+            return dt, self._done, False
+        self._dt = dt = self._table()
+        v = dt.transaction_version(self.ctx.query_id) if dt is not None else None
+        self._done = None if v is None else int(v)
+        return dt, self._done, True
 
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
         from deltalake import write_deltalake
         mode = self.ctx.output_mode
         props = commit_properties(self.ctx.query_id, batch_id)
+        hooks = post_commit_hooks(dt)
         if mode == "update" and dt is not None:
             pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.ctx.key_columns)
-            (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props)
+            (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props,
+                      post_commithook_properties=hooks)
                .when_matched_update_all().when_not_matched_insert_all().execute())
         else:
             write_deltalake(dt if dt is not None else self.path, table,
                             mode="overwrite" if mode == "complete" else "append",
                             partition_by=self.partition_by if dt is None else None, commit_properties=props,
                             storage_options=self.storage_options,
-                            schema_mode="overwrite" if mode == "complete" else None)
+                            schema_mode="overwrite" if mode == "complete" else None,
+                            post_commithook_properties=hooks)
+
+
+def post_commit_hooks(dt: Any):
+    """delta-rs' post-commit hooks for a commit on `dt`: a checkpoint as the table's
+    delta.checkpointInterval says (as always), and the expired-log cleanup (which lists the whole
+    _delta_log) only on the commits that write a checkpoint, as Delta Lake itself does, instead of
+    after every commit (one listing less per batch on an object store). The table's
+    delta.enableExpiredLogCleanup and delta.logRetentionDuration still decide what a cleanup removes."""
+    from deltalake import PostCommitHookProperties
+    if dt is None:
+        return None
+    try:
+        interval = int(dt.metadata().configuration.get("delta.checkpointInterval") or 100)
+    except (TypeError, ValueError):
+        interval = 100
+    checkpoint_next = (dt.version() + 1) % max(interval, 1) == 0
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=None if checkpoint_next else False)
 
 
 def schema_difference(table_schema: pa.Schema, output: pa.Schema) -> list[str]:

@@ -84,6 +84,43 @@ def test_complete_overwrites_in_one_commit(tmp_path):
     assert _rows(tmp_path / "t", "k", "count") == [("a", 2), ("b", 1)]
 
 
+@pytest.mark.parametrize("mode", ["append", "update", "complete"])
+def test_a_sink_behind_another_writer_of_its_query_writes_each_batch_once(tmp_path, mode):
+    """Two runs of one query (a zombie and the run that replaced it) each keep their own snapshot
+    of the table. When the other run committed a batch after this sink's snapshot, this sink's
+    commit is refused (same app id), it reloads, and skips the batch the other wrote -- or writes a
+    later batch on the current table."""
+    keys = ["k"] if mode != "append" else []
+    zombie, live = _sink(tmp_path / "t", mode, keys), _sink(tmp_path / "t", mode, keys)
+    assert zombie.add_batch(0, pa.table({"k": ["a"], "count": [1]})).num_output_rows == 1
+    assert live.add_batch(0, pa.table({"k": ["a"], "count": [1]})).skipped_replay
+    assert live.add_batch(1, pa.table({"k": ["b"], "count": [1]})).num_output_rows == 1
+    # the zombie's snapshot still says batch 0: its redo of batch 1 must not write again
+    again = zombie.add_batch(1, pa.table({"k": ["b"], "count": [1]}))
+    assert again.skipped_replay and again.version == DeltaTable(str(tmp_path / "t")).version()
+    expected = [("a", 1), ("b", 1)] if mode != "complete" else [("b", 1)]
+    assert _rows(tmp_path / "t", "k", "count") == expected
+    # a batch the other run has not written: written once, on top of the other run's commit
+    live.add_batch(2, pa.table({"k": ["c"], "count": [1]}))
+    r = zombie.add_batch(3, pa.table({"k": ["d"], "count": [1]}))
+    assert r.num_output_rows == 1 and not r.skipped_replay
+    expected = {"append": [("a", 1), ("b", 1), ("c", 1), ("d", 1)], "update": [("a", 1), ("b", 1), ("c", 1), ("d", 1)],
+                "complete": [("d", 1)]}[mode]
+    assert _rows(tmp_path / "t", "k", "count") == expected
+    assert DeltaTable(str(tmp_path / "t")).transaction_version("q-1") == 3
+    assert live.add_batch(3, pa.table({"k": ["d"], "count": [1]})).skipped_replay
+
+
+def test_reopened_sink_forgets_its_snapshot(tmp_path):
+    """open() for another query id (a new checkpoint) must not reuse the last batch id of the
+    query the sink wrote before."""
+    s = _sink(tmp_path / "t", "append")
+    s.add_batch(5, pa.table({"id": [1]}))
+    s.open(SinkContext("q-2", "q", "append", "/unused", []))
+    assert not s.add_batch(0, pa.table({"id": [2]})).skipped_replay
+    assert _rows(tmp_path / "t", "id") == [(1,), (2,)]
+
+
 def test_delta_sink_needs_a_path(tmp_path):
     mem = inc.read_stream.memory("id BIGINT")
     with pytest.raises(ValueError, match="needs a table path"):
