@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as WaitTimeout
 from typing import Any, Callable
 
 
@@ -41,6 +42,10 @@ class ReadAhead:
         self._stat = stat
         self._expected = expected or stat
         self._lock = threading.Lock()
+        #: results used in place of a read, and results dropped (file changed, read failed, other
+        #: columns): what tells a test or a profile that the read-ahead path ran
+        self.taken = 0
+        self.discarded = 0
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="increments-read-ahead")
 
     def start(self, paths: list[str], columns: list[str] | None, read: Callable[[str], Any]) -> None:
@@ -63,11 +68,37 @@ class ReadAhead:
         with self._lock:
             return set(self._pending)
 
+    def wait(self, path: str, timeout: float | None = None) -> bool:
+        """Block until the read-ahead of `path` has finished (done or failed); False when `path`
+        is not queued, was cancelled, or is still running after `timeout` seconds."""
+        with self._lock:
+            entry = self._pending.get(path)
+        if entry is None:
+            return False
+        try:
+            entry[1].exception(timeout)
+        except CancelledError:
+            return False
+        except WaitTimeout:
+            return False
+        return True
+
     def take(self, path: str, columns: list[str] | None) -> Any | None:
         """The read-ahead result of `path` with exactly these columns, or None (read it yourself)."""
         with self._lock:
             entry = self._pending.pop(path, None)
-        if entry is None or entry[0] != (tuple(columns) if columns is not None else None):
+        if entry is None:
+            return None
+        result = self._usable(path, columns, entry)
+        with self._lock:
+            if result is None:
+                self.discarded += 1
+            else:
+                self.taken += 1
+        return result
+
+    def _usable(self, path: str, columns: list[str] | None, entry: tuple) -> Any | None:
+        if entry[0] != (tuple(columns) if columns is not None else None):
             return None
         try:
             stat, result = entry[1].result()

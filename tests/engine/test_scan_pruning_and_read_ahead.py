@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -112,13 +111,17 @@ def _ids(table):
 def test_read_ahead_result_is_dropped_when_the_file_changed(tmp_path):
     d, src = _source(tmp_path, 3)
     assert src.latest_offset(-1) == 0
-    assert _ids(src.read(-1, 0)) == ["u0-0", "u0-1", "u0-2"]   # starts reading f1 and f2 ahead
-    time.sleep(0.2)
-    _write(d / "f1.json", _rows(7, n=2))                          # rewritten after its read-ahead
+    assert _ids(src.read(-1, 0)) == ["u0-0", "u0-1", "u0-2"]   # f1 and f2 are being read ahead
+    ahead = src._read_ahead
+    assert ahead.taken == 1                                      # batch 0's own file, decoded at plan
+    assert ahead.wait("f1.json", 30) and ahead.wait("f2.json", 30)
+    _write(d / "f1.json", _rows(7, n=2))                          # rewritten (another size) after its read-ahead
     assert src.latest_offset(0) == 1
     assert _ids(src.read(0, 1)) == ["u7-0", "u7-1"]
+    assert (ahead.taken, ahead.discarded) == (1, 1)              # the stale result was dropped
     assert src.latest_offset(1) == 2
-    assert _ids(src.read(1, 2)) == ["u2-0", "u2-1", "u2-2"]    # read ahead, unchanged: used
+    assert _ids(src.read(1, 2)) == ["u2-0", "u2-1", "u2-2"]
+    assert (ahead.taken, ahead.discarded) == (2, 1)              # read ahead, unchanged: used
 
 
 def test_failed_read_ahead_fails_the_owning_batch_naming_file_and_line(tmp_path):
@@ -126,10 +129,11 @@ def test_failed_read_ahead_fails_the_owning_batch_naming_file_and_line(tmp_path)
     (d / "f1.json").write_text(json.dumps(_rows(1)[0]) + "\n" + "not json\n")
     assert src.latest_offset(-1) == 0
     src.read(-1, 0)
-    time.sleep(0.2)
+    assert src._read_ahead.wait("f1.json", 30)                  # its read-ahead ran, and failed
     assert src.latest_offset(0) == 1
     with pytest.raises(inc.errors.MalformedInputError, match=r"f1\.json, line 2"):
         src.read(0, 1)
+    assert src._read_ahead.discarded == 1                        # the batch read the file itself
 
 
 def test_file_deleted_after_its_read_ahead_is_data_loss(tmp_path):
@@ -137,10 +141,11 @@ def test_file_deleted_after_its_read_ahead_is_data_loss(tmp_path):
     assert src.latest_offset(-1) == 0
     src.read(-1, 0)
     assert src.latest_offset(0) == 1
-    time.sleep(0.2)
+    assert src._read_ahead.wait("f1.json", 30)                  # decoded ahead, then deleted
     os.remove(d / "f1.json")
     with pytest.raises(inc.errors.DataLossError, match=r"f1\.json was listed for this batch but is gone"):
         src.read(0, 1)
+    assert src._read_ahead.discarded == 1                        # the decoded rows were not used
 
 
 def test_read_ahead_is_bounded_by_the_bytes_of_the_next_batches(tmp_path, monkeypatch):
