@@ -21,44 +21,49 @@ log = logging.getLogger("increments.sources.files")
 HEAD_AT_MOST = 64
 
 
-def file_facts(src, entries: list[int]) -> tuple[dict[str, tuple], dict[str, tuple | None]]:
-    """(the facts entries' files had when listed or, when a read found them changed since, when
-    read; their facts now): a local file's (size, mtime ms) by stat, an object's (size, etag) by
-    HEAD (up to HEAD_AT_MOST files) or one listing after the entry before the first. Files of
-    version-1 entries are left out."""
-    assert src._log is not None
-    files = [f for n in entries for f in src._log.files(n) if isinstance(f, dict)]
+def _listed(src, n: int) -> dict[str, tuple]:
+    """What entry n's listing said of its files: (size, mtime ms) locally, (size, etag) of an object."""
     local = src.root().is_local
-    want = {f["name"]: ((f["size"], f["mtime_ms"]) if local else (f["size"], f["etag"])) for f in files}
-    for n in entries:
-        known = src._read_facts.get(n)       # what this runtime's read of entry n recorded (no GET)
-        if known is not None:
-            want.update(known)
-            continue
-        try:
-            want.update({k: tuple(v) for k, v in src.own_files().read_json(f"{n}.read.json").items()})
-        except FileNotFoundError:
-            pass
-    if not want:
-        return {}, {}
-    if local:
+    return {f["name"]: ((f["size"], f["mtime_ms"]) if local else (f["size"], f["etag"]))
+            for f in src._log.files(n) if isinstance(f, dict)}
+
+
+def _as_read(src, n: int) -> dict[str, tuple]:
+    """The facts of entry n's files that its read found changed since listed: what this runtime's
+    read recorded (no request), else sources/<i>/<n>.read.json (one GET, after a restart)."""
+    known = src._read_facts.get(n)
+    if known is not None:
+        return known
+    try:
+        return {k: tuple(v) for k, v in src.own_files().read_json(f"{n}.read.json").items()}
+    except FileNotFoundError:
+        return {}
+
+
+def file_facts(src, entries: list[int], names: list[str]) -> dict[str, tuple | None]:
+    """The facts now of `names` (files of `entries`): a local file's (size, mtime ms) by stat
+    (None: gone), an object's (size, etag) by HEAD (up to HEAD_AT_MOST files) or one listing after
+    the entry before the first."""
+    if not names:
+        return {}
+    if src.root().is_local:
         now: dict[str, tuple | None] = {}
-        for name in want:
+        for name in names:
             try:
                 st = os.stat(src.root().local_path(name))
                 now[name] = (st.st_size, int(st.st_mtime_ns // 1_000_000))
             except OSError:
                 now[name] = None
-        return want, now
-    if len(want) <= HEAD_AT_MOST:       # a few files (a rate-limited batch): one HEAD each, in parallel
-        names = list(want)
+        return now
+    if len(names) <= HEAD_AT_MOST:       # a few files (a rate-limited batch): one HEAD each, in parallel
         with ThreadPoolExecutor(min(8, len(names))) as pool:
             infos = list(pool.map(src.root().head, names))
-        return want, {n: (None if i is None else (i.size, i.etag)) for n, i in zip(names, infos)}
+        return {n: (None if i is None else (i.size, i.etag)) for n, i in zip(names, infos)}
     # many files (the batch took the whole backlog): one listing from the entry before
+    want = set(names)
     listed = {o.name: (o.size, o.etag) for o in src.root().list("", start_after=src._log.last(entries[0] - 1, src._rel))
               if o.name in want}
-    return want, {name: listed.get(name) for name in want}
+    return {name: listed.get(name) for name in names}
 
 
 def check_unchanged(src, start: int, end: int) -> list[str]:
@@ -66,20 +71,33 @@ def check_unchanged(src, start: int, end: int) -> list[str]:
     must be as they were read: a file that grew or was rewritten since holds rows no batch will
     read (each file is read once). DataLossError naming the file, or with fail_on_data_loss=False
     a warning (returns the changed files). A local file counts as changed when its size changed
-    (a new mtime alone is logged, not refused), an object when its size or etag did. This batch's
-    files that changed since they were listed (a file fixed after a failed batch) are read as they
-    are now, and their facts recorded in sources/<i>/<n>.read.json, so the next batch compares
-    with what was read."""
+    (a new mtime alone is logged, not refused), an object when its size or etag did.
+
+    This batch's files that changed since they were listed (a file fixed after a failed batch) are
+    read as they are now, and those facts are recorded in sources/<i>/<n>.read.json, so the next
+    batch compares with what was read. The record is always relative to the listing (never to an
+    earlier attempt's record), and rewritten by every attempt that reads the entry: an attempt
+    that finds every file as listed removes a record an earlier attempt left (a file restored to
+    what was listed), unless this runtime itself created entry n in its plan and wrote no record
+    for it (then there is none to remove: no request)."""
     if src._log is None:
         return []
-    want, now = file_facts(src, list(range(max(start, 0), end + 1)))
-    prev = {f["name"] for f in src._log.files(start) if isinstance(f, dict)} if start >= 0 else set()
-    for n in range(start + 1, end + 1):
-        amended = {f["name"]: now[f["name"]] for f in src._log.files(n) if isinstance(f, dict)
-                   and now.get(f["name"]) is not None and now[f["name"]] != want.get(f["name"])}
+    prev = _listed(src, start) if start >= 0 else {}
+    if prev:
+        prev.update(_as_read(src, start))
+    current = {n: _listed(src, n) for n in range(start + 1, end + 1)}
+    names = list(prev) + [name for files in current.values() for name in files if name not in prev]
+    now = file_facts(src, list(range(max(start, 0), end + 1)), names)
+    for n, listed in current.items():
+        amended = {k: now[k] for k in listed if now.get(k) is not None and now[k] != listed[k]}
         if amended:
             src.own_files().write_json(f"{n}.read.json", amended)
+            src._log.no_read_record.discard(n)
+        elif n not in src._log.no_read_record:
+            src.own_files().delete(f"{n}.read.json")
+            src._log.no_read_record.add(n)
         src._read_facts[n] = amended      # the next batch of this runtime compares with it, no GET
+    want = prev
     changed = []
     for name in sorted(prev):
         facts, got = want.get(name), now.get(name)

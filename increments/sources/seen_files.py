@@ -26,6 +26,9 @@ class SeenFilesLog:
     def __init__(self, loc: Location):
         self.loc = loc
         self._entries: dict[int, dict] = {}
+        #: entries this log created (not adopted) for which no read record (<n>.read.json) was
+        #: written since: none can exist (file_changes.py skips removing one)
+        self.no_read_record: set[int] = set()
 
     def _name(self, n: int) -> str:
         return f"{n}.json"
@@ -72,6 +75,7 @@ class SeenFilesLog:
             self._entries.pop(n, None)
             return self.entry(n)
         self._entries[n] = body
+        self.no_read_record.add(n)
         return body
 
     def newest(self) -> int:
