@@ -18,7 +18,6 @@ Heavy libraries are imported inside the ops only.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -324,7 +323,3 @@ def _sink_version(v: Any) -> Any:
     if v is None:
         return "-"
     return v if isinstance(v, int) else dg.MetadataValue.json({"version": v})
-
-
-def lineage_json(rec: dict[str, Any]) -> str:
-    return json.dumps(rec, sort_keys=True, default=str)
