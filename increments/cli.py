@@ -19,12 +19,15 @@ rehearses a restart: compiles the changed query (running nothing, writing nothin
 with its checkpoint; prints whether a restart is safe and, if not, each change and the rule of
 Spark's it breaks. Exit 0 safe, 1 not (increments/lifecycle/check.py).
 
-    increments migrate <module:function | registered name> --to <new checkpoint> [--backfill earliest]
+    increments migrate <module:function | registered name> --to <new checkpoint>
+                       [--backfill earliest | --backfill-from-sink [--no-sink-check]]
 
-runs the changed query on the new checkpoint as AvailableNow drains from the earliest offsets into a
+runs the changed query on the new checkpoint as AvailableNow drains from the earliest offsets (or,
+with --backfill-from-sink, first from the old query's Delta table under the old query's offsets,
+then from the source where the old query stopped: increments/lifecycle/from_sink.py) into a
 staging Delta table, repeats until its committed source offsets reach the old query's last committed
 offsets, then switches the sink over in one Delta commit and retires the old checkpoint
-(increments/lifecycle/migrate.py).
+(increments/lifecycle/migrate.py). Exit 0 switched over; 1 refused or failed, nothing switched.
 
     increments migrate-log <checkpoint> --to URL [--from URL] [--storage-option KEY=VALUE ...]
 
@@ -250,6 +253,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from .errors import IncrementsError
     from .lifecycle.check import load_writer
     from .lifecycle.migrate import migrate
+    if args.no_sink_check and not args.backfill_from_sink:
+        raise SystemExit("increments migrate: --no-sink-check goes with --backfill-from-sink")
     writer, path = load_writer(args.query)
     opts = _storage_options(args.storage_option)
     if opts:
@@ -258,9 +263,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         writer = writer.option("log_url", args.log_url)
     try:
         res = migrate(writer, args.to, path, "from-sink" if args.backfill_from_sink else args.backfill,
-                      max_rounds=args.max_rounds)
+                      max_rounds=args.max_rounds, sink_check=not args.no_sink_check)
     except IncrementsError as e:
-        raise SystemExit(f"increments migrate: {storage.redact(str(e))}") from None
+        msg = storage.redact(str(e))
+        raise SystemExit(msg if msg.startswith("increments migrate") else f"increments migrate: {msg}") from None
     print(f"query id {res.query_id}: from now on run the changed query with checkpoint_location("
           f"{storage.redact_url(args.to)!r}) and its sink path {storage.redact_url(res.sink_path)!r}; the old "
           f"checkpoint is retired (the backfill's staging table {storage.redact_url(res.staging_table)} may be removed)")
@@ -295,7 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     b = g.add_mutually_exclusive_group()
     b.add_argument("--backfill", choices=["earliest"], default="earliest",
                    help="backfill from the sources' earliest retained offsets (default)")
-    b.add_argument("--backfill-from-sink", action="store_true", help="seed from the old query's sink (not supported yet)")
+    b.add_argument("--backfill-from-sink", action="store_true",
+                   help="backfill from the old query's Delta table (a pass-through query whose source no longer "
+                        "holds the whole history), then continue from the source at the old query's offsets")
+    g.add_argument("--no-sink-check", action="store_true",
+                   help="with --backfill-from-sink: skip the rows check against the source's retained batches "
+                        "(you assert the old query wrote its input rows unchanged)")
     g.add_argument("--max-rounds", type=int, default=50, help="AvailableNow drains before switching over at most")
     g.add_argument("--log-url", help="SQLAlchemy URL of the new checkpoint's offsets/commits log")
     g.add_argument("--storage-option", action="append", metavar="KEY=VALUE",

@@ -2,9 +2,13 @@
 
 Launch it with run config `{"ops": {"migrate": {"config": {"to": "<new checkpoint>"}}}}` after
 stopping the query's trigger sensor (the run carries the query's tag, so no batch run of the query
-runs beside it). Each AvailableNow drain of the backfill is an observation on the sink asset
-(drain_id `migrate-<new query id>`, drain_state `running`, drain_batches, input rows), the switch
-one more (drain_state `switched`, the sink's new Delta version). Then point the query's
+runs beside it). Config `backfill`: `earliest` (default) or `from-sink` (the old query's Delta table
+stands in for the source, then the source continues at the old query's offsets:
+increments/lifecycle/from_sink.py; `sink_check: false` skips its rows check). Each AvailableNow
+drain of the backfill is an observation on the sink asset (drain_id `migrate-<new query id>`,
+drain_state `running`, drain_phase `sink` (the drain reading the old table) or `source`,
+drain_batches so far, drain_round, input rows), the switch one more (drain_state `switched`, the
+sink's new Delta version). A refused or failed migrate fails the run; nothing is switched. Then point the query's
 checkpoint_location at the new checkpoint, redeploy and start the sensor again.
 Build it with `make_migrate_job(spec)` (orchestration.factory.make_spec).
 """
@@ -16,7 +20,10 @@ import dagster as dg
 
 
 def make_migrate_job(spec: Any) -> dg.JobDefinition:
-    @dg.op(name=f"{spec.key}__migrate", config_schema={"to": str, "max_rounds": dg.Field(int, default_value=50)},
+    @dg.op(name=f"{spec.key}__migrate", config_schema={
+        "to": str, "max_rounds": dg.Field(int, default_value=50),
+        "backfill": dg.Field(str, default_value="earliest", description="earliest | from-sink"),
+        "sink_check": dg.Field(bool, default_value=True)},
            description="Backfill the changed query on a new checkpoint, then switch its Delta sink over.")
     def migrate_op(context) -> dict:
         from increments.checkpoint.metadata import read_metadata
@@ -28,10 +35,11 @@ def make_migrate_job(spec: Any) -> dg.JobDefinition:
             seen["batches"] += r["batches"]
             meta = read_metadata(to) or {}
             context.log_event(dg.AssetObservation(asset_key=spec.sink_key, metadata={
-                "drain_id": f"migrate-{meta.get('id', '?')}", "drain_state": "running",
+                "drain_id": f"migrate-{meta.get('id', '?')}", "drain_state": "running", "drain_phase": r["phase"],
                 "drain_batches": seen["batches"], "drain_round": r["round"], "input_rows": r["input_rows"]}))
-        res = migrate(spec.writer_factory(), to, spec.path, max_rounds=context.op_config["max_rounds"],
-                      report=context.log.info, on_round=on_round)
+        res = migrate(spec.writer_factory(), to, spec.path, backfill=context.op_config["backfill"],
+                      max_rounds=context.op_config["max_rounds"], report=context.log.info, on_round=on_round,
+                      sink_check=context.op_config["sink_check"])
         context.log_event(dg.AssetObservation(asset_key=spec.sink_key, metadata={
             "drain_id": f"migrate-{res.query_id}", "drain_state": "switched", "drain_batches": seen["batches"],
             **({"sink_version": res.sink_version} if res.sink_version is not None else {}),

@@ -18,10 +18,12 @@ new version changes the projection, parsing or filter downstream, or adds derive
 * the old table lacks a column the changed query reads from its source, or holds it with another
   type;
 * the old table is not an append log of the old query's batches up to its last committed batch L:
-  a version that removed or rewrote rows (overwrite, delete, update, merge, an earlier switch-over),
-  a version that added rows without the old query's app transaction (another writer), a deletion
-  vector, a log entry that is gone (log cleanup), or an old batch whose rows are not in the table
-  as its commit entry counted them (num_output_rows);
+  a version that removed or rewrote rows (overwrite, delete, update, merge, an earlier switch-over;
+  also after L: rows deleted from the table must not come back through the backfill; a compaction,
+  dataChange=false, is fine while its old files are not vacuumed), a version up to L that added
+  rows without the old query's app transaction (another writer), a deletion vector, a log entry
+  that is gone (log cleanup), or an old batch whose rows are not in the table as its commit entry
+  counted them (num_output_rows);
 * the rows check fails: for the old query's last batches (up to SINK_CHECK_BATCHES with data) the
   source is read again at the old batch's offsets, and those rows (in the columns the changed query
   reads) must equal, as a multiset, the rows the table holds for that batch. A difference means the
@@ -185,9 +187,11 @@ def _log_entry(loc: Any, version: int) -> list[dict]:
 def _table_history(query: str, table: str, loc: Any, old_id: str, last: int, latest: int
                    ) -> tuple[dict[int, list[dict]], dict[int, int]]:
     """Old batch id -> (its commit's data files, its version), reading the table's log from version 0
-    up to the commit of the old query's batch `last`; refusals per the module doc."""
+    up to the commit of the old query's batch `last`, and on to `latest` for removals (rows deleted
+    from the table later must not come back through the backfill); refusals per the module doc."""
     adds: dict[int, list[dict]] = {}
     versions: dict[int, int] = {}
+    done = False                    # past the commit of batch `last`: only removals matter (rows deleted later)
     for v in range(latest + 1):
         actions = _log_entry(loc, v)
         if actions is None:
@@ -202,6 +206,8 @@ def _table_history(query: str, table: str, loc: Any, old_id: str, last: int, lat
                                         "table is not an append log of the rows the old query read")
         if any(a.get("deletionVector") for a in data):
             raise refusal(query, table, f"version {v} has files with deletion vectors: rows were deleted")
+        if done:
+            continue
         if not txn:
             if data:
                 raise refusal(query, table, f"version {v} added {len(data)} data files without the old query's app "
@@ -210,11 +216,11 @@ def _table_history(query: str, table: str, loc: Any, old_id: str, last: int, lat
             continue
         batch = int(txn[0]["version"])
         if batch > last:
-            break
+            done = True
+            continue
         adds.setdefault(batch, []).extend(data)
         versions[batch] = v
-        if batch == last:
-            break
+        done = batch == last
     return adds, versions
 
 

@@ -164,7 +164,7 @@ def test_migrate_cli_while_files_keep_landing(tmp_path):
     assert _rows(new["MIG_OUT"]) == _scratch(tmp_path)
 
 
-def test_migrate_refuses_the_current_checkpoint_and_from_sink(tmp_path):
+def test_migrate_refuses_the_current_checkpoint_and_from_sink_without_an_old_query(tmp_path):
     _file(str(tmp_path / "in"), 0)
     env = _env(tmp_path, "chk_old", "out")
     r = subprocess.run([BIN, "migrate", "migrate_queries:changed", "--to", env["MIG_CHK"]], env=env,
@@ -172,4 +172,5 @@ def test_migrate_refuses_the_current_checkpoint_and_from_sink(tmp_path):
     assert r.returncode == 1 and "current checkpoint" in r.stderr
     r = subprocess.run([BIN, "migrate", "migrate_queries:changed", "--to", str(tmp_path / "n"),
                         "--backfill-from-sink"], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1 and "not supported yet" in r.stderr
+    assert r.returncode == 1 and "has no metadata.json" in r.stderr and "--backfill earliest" in r.stderr, r.stderr
+    assert not os.path.exists(str(tmp_path / "n"))          # refused before anything ran
