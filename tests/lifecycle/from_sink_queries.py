@@ -42,7 +42,7 @@ def wider():                # the changed query reads a column the old table nev
 
 def _kafka():
     return inc.read_stream.kafka(os.environ["FS_KAFKA"], os.environ["FS_TOPIC"], starting_offsets="earliest",
-                                 max_offsets_per_trigger=int(os.environ.get("FS_MAX", "10")))
+                                 max_offsets_per_trigger=10)
 
 
 def kafka_raw():            # a raw landing table of a topic: every Kafka column as read
@@ -52,3 +52,17 @@ def kafka_raw():            # a raw landing table of a topic: every Kafka column
 def kafka_parsed():         # the new version parses the values
     return _write(_kafka().parse_json("campaign_id STRING, amount BIGINT", keep=["partition", "offset"])
                   .filter("amount % 2 = 0"), "raw")
+
+
+def windowed():             # a stateful new version over the bronze input: revenue per 10-minute window
+    from increments import functions as F
+    return _write(_files().with_watermark("event_time", "5 minutes")
+                  .group_by(F.window("event_time", "10 minutes"), "campaign_id")
+                  .agg(F.count(), F.sum("amount").alias("revenue")))
+
+
+def crashing():             # `changed`, killed right after the sink write of backfill batch FS_CRASH_BATCH
+    import sys
+    sys.path.append(os.path.dirname(os.path.dirname(__file__)))
+    from crashpoints import CrashAt
+    return changed().listener(CrashAt(int(os.environ["FS_CRASH_BATCH"]), "write"))
