@@ -82,6 +82,7 @@ class QueryRuntime:
         for s in self.sources:
             s.close()
         self.sink.close()
+        self.log.close()
 
 
 def _bool(v: Any) -> bool:

@@ -58,8 +58,7 @@ def _ms(t0: float) -> int:
 def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
     """Decide the next batch from the log; write offsets[N] first (write-ahead). See module doc."""
     t0 = time.perf_counter()
-    last_off = rt.log.latest_offsets()
-    last_commit = rt.log.latest_commit()
+    last_off, last_commit, _ = rt.log.latest_known()     # this runner's own last commit needs no read
     if last_off is not None and (last_commit is None or last_commit.batch_id < last_off.batch_id):
         entry = rt.log.claim_redo(last_off, rt.run_id)
         rt.emit("on_batch_step", entry.batch_id, "plan")
