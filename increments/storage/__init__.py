@@ -184,9 +184,25 @@ def remember_secrets(options: dict[str, Any] | None) -> None:
             _known_secrets.add(v)
 
 
+_ENV_PREFIX = re.compile(r"^(AWS|AZURE|GOOGLE|GCS|GCP)_")
+_env_cache: tuple[dict, list[str]] = ({}, [])
+
+
 def _env_secrets() -> list[str]:
-    return [v for k, v in os.environ.items()
-            if len(v) >= 4 and re.match(r"^(AWS|AZURE|GOOGLE|GCS|GCP)_", k) and _SECRET_KEY.search(k)]
+    """The secret-looking values of the cloud variables of the environment. Cached: the cache is
+    reused while the environment equals the copy it was computed from (one dict comparison; a
+    changed, added or removed variable recomputes it)."""
+    global _env_cache
+    env = getattr(os.environ, "_data", None)     # CPython's dict behind os.environ (bytes keys/values)
+    if env is None:
+        env = dict(os.environ)
+    seen, secrets = _env_cache
+    if env == seen:
+        return secrets
+    secrets = [v for k, v in os.environ.items()
+               if len(v) >= 4 and _ENV_PREFIX.match(k) and _SECRET_KEY.search(k)]
+    _env_cache = (dict(env), secrets)
+    return secrets
 
 
 def redact_url(url: str) -> str:
@@ -197,7 +213,10 @@ def redact_url(url: str) -> str:
 def redact(text: str) -> str:
     """`text` with every known secret value, URL user info and URL query string masked."""
     out = redact_url(str(text))
-    for s in sorted(_known_secrets.union(_env_secrets()), key=len, reverse=True):
+    env = _env_secrets()
+    if not _known_secrets and not env:
+        return out
+    for s in sorted(_known_secrets.union(env), key=len, reverse=True):
         out = out.replace(s, "***")
     return out
 
