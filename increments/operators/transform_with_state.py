@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from state.encoding import decode_key, decode_value, encode_key, encode_value
 
 from ..plan import nodes as n
+from ..plan.validate import check_node
 from ..sql import run_sql
 from ..stateful_processor import (LIST, MAP, TIMER, VALUE, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
                                   StatefulProcessorHandle, TimerValues, pad_ms, unpad_ms)
@@ -306,13 +307,7 @@ def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
     missing = [k for k in node.keys if k not in child.schema.names]
     if missing:
         raise AnalysisException(f"transform_with_state: grouping columns {missing} not found (columns: {child.schema.names})")
-    if not node.keys:
-        raise AnalysisException("transform_with_state needs group_by(<key columns>) first")
-    if not callable(getattr(node.processor, "handle_input_rows", None)):
-        raise AnalysisException("transform_with_state: the processor must be a StatefulProcessor "
-                                "(with handle_input_rows(key, rows, timer_values))")
-    if node.output_mode not in ("append", "update"):
-        raise AnalysisException(f"transform_with_state: output_mode {node.output_mode!r}; use 'append' or 'update'")
+    check_node(node)   # the plan-only refusals (plan/validate.py): for compiles that skip validate()
     op = TransformWithStateOp(child, node.keys, node.processor, node.output_schema.to_arrow(), node.time_mode,
                               node.output_mode)
     if node.initial_state is not None:
@@ -322,9 +317,6 @@ def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
             raise AnalysisException(f"transform_with_state: initial_state has no key columns {missing} (columns: "
                                     f"{init.schema.names}); name them like the grouping keys {list(node.keys)} or "
                                     "pass initial_state=frame.group_by(<its key columns>)")
-        if not callable(getattr(node.processor, "handle_initial_state", None)):
-            raise AnalysisException("transform_with_state: initial_state needs the processor to implement "
-                                    "handle_initial_state(key, initial_state_row, timer_values)")
         op.initial_state, op.initial_keys = init, list(node.initial_state_keys)
     compiler.next_operator_id(op)
     return op

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
+from ..plan.validate import check_node
 from ..sql import quote_ident, run_sql
 from .base import BatchContext, PhysicalOp
 
@@ -79,7 +80,5 @@ def _conform(table: pa.Table, schema: pa.Schema, by_name: bool) -> pa.Table:
 
 def build_union(compiler, node: n.Union) -> PhysicalOp:
     left, right = compiler.build(node.left), compiler.build(node.right)
-    if not (n.is_streaming(node.left) and n.is_streaming(node.right)):
-        raise AnalysisException("union: both sides must be streams (a union of a stream and a static table is "
-                                "not supported)")
+    check_node(node)   # the plan-only refusals (plan/validate.py): for compiles that skip validate()
     return UnionOp(left, right, node.by_name, node.allow_missing_columns)

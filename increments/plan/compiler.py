@@ -1,8 +1,17 @@
 """Compile a logical plan into physical operators for one output mode.
 
-Refusals (AnalysisException, before any batch runs) live in plan/validate.py; this module builds
-operators, assigns stable operator ids (state/<id>/ in the checkpoint) and derives schemas by
-running each SQL stage over an empty Arrow table, which also checks expressions up front.
+This module builds operators (the stateless nodes itself, the others through the table in
+plan/builders.py), assigns stable operator ids (state/<id>/ in the checkpoint) and derives schemas
+by running each SQL stage over an empty Arrow table, which also checks expressions up front.
+
+Plan refusals (AnalysisException) are raised while compiling, before any batch runs: the rules
+about the plan and its output mode are in plan/validate.py (run first, unless check=False); the
+ones that need an input's schema (a missing column, an event time that is not a TIMESTAMP, an
+expression that does not type-check) are raised while building, by this module or by the builders;
+after building, plan/late_rows.py refuses ambiguous late-row targets. plan/validate.py's docstring
+lists which plan-only refusals still sit in builders. (Refusals of sink options, modes and
+checkpoints are raised when the query starts: api/writer.py, execution/runtime.py,
+execution/sink_factory.py, checkpoint/.)
 """
 from __future__ import annotations
 

@@ -8,8 +8,22 @@ Rules:
   over a watermarked column, or a watermarked plain key); the error names the fix;
 - several stateful operators (aggregations, stream-stream joins, dedup) may be chained in append
   mode only, as in Spark 3.5+; in update and complete mode at most one streaming aggregation;
-- transform_with_state's own output mode must match the query's (append/update).
-Join-specific rules (watermarks and time bounds for outer joins) are checked by the join builder.
+- transform_with_state's own output mode must match the query's (append/update);
+- node rules (check_node): a union's two sides are streams; transform_with_state is grouped, its
+  processor is a StatefulProcessor, its output mode is append or update, and an initial state
+  needs handle_initial_state.
+
+validate() runs all of these before anything is built. The builders of Union and
+TransformWithState call check_node too, so a plan compiled without validation (frame.schema,
+frame.explain()) is refused the same way.
+
+The refusals that need the built inputs' schemas (a missing column, a non-TIMESTAMP event time,
+a join condition that does not type-check, an outer join without watermarks and time bounds) are
+raised by the builders (plan/compiler.py for the stateless nodes, the functions in
+plan/builders.py for the others). Plan-only refusals still raised by builders outside this
+module: operators/join.py (the stream must be the left side; the join types a stream-static join
+supports), operators/session_window.py (update mode), operators/aggregate.py (at most one
+F.window).
 """
 from __future__ import annotations
 
@@ -33,6 +47,7 @@ def validate(root: n.Node, output_mode: str) -> None:
         raise AnalysisException("complete output mode is not supported when there are no streaming aggregations "
                                 "on streaming DataFrames; use append or update")
     for node in root.walk():
+        check_node(node)
         if isinstance(node, n.Sort):
             below = [x for x in node.child.walk() if isinstance(x, n.Aggregate)]
             if not (below and output_mode == "complete"):
@@ -46,6 +61,25 @@ def validate(root: n.Node, output_mode: str) -> None:
     if output_mode == "append":
         for agg in aggs:
             _check_append_aggregation(agg)
+
+
+def check_node(node: n.Node) -> None:
+    """The refusals that need only this node (not the output mode nor the inputs' schemas)."""
+    if isinstance(node, n.Union) and not (n.is_streaming(node.left) and n.is_streaming(node.right)):
+        raise AnalysisException("union: both sides must be streams (a union of a stream and a static table is "
+                                "not supported)")
+    if isinstance(node, n.TransformWithState):
+        if not node.keys:
+            raise AnalysisException("transform_with_state needs group_by(<key columns>) first")
+        if not callable(getattr(node.processor, "handle_input_rows", None)):
+            raise AnalysisException("transform_with_state: the processor must be a StatefulProcessor "
+                                    "(with handle_input_rows(key, rows, timer_values))")
+        if node.output_mode not in ("append", "update"):
+            raise AnalysisException(f"transform_with_state: output_mode {node.output_mode!r}; use 'append' or "
+                                    "'update'")
+        if node.initial_state is not None and not callable(getattr(node.processor, "handle_initial_state", None)):
+            raise AnalysisException("transform_with_state: initial_state needs the processor to implement "
+                                    "handle_initial_state(key, initial_state_row, timer_values)")
 
 
 def _watermarked_columns(node: n.Node) -> set[str]:
