@@ -7,7 +7,10 @@ old checkpoint; Spark's advice is a new checkpoint plus a backfill. migrate does
    earliest offsets (`--backfill earliest`: a Kafka source reads from "earliest" whatever its
    starting_offsets; a file or Delta source reads everything from the start on a new checkpoint),
    writing into a staging Delta table beside the sink (`<sink path>__migrate`). Readers keep reading
-   the old query's table meanwhile.
+   the old query's table meanwhile. With `--backfill-from-sink` (lifecycle/from_sink.py: its
+   contract, what it refuses) the first drain reads the old query's table instead of the source,
+   batch for batch under the old query's own offsets, so the new checkpoint's log ends at the old
+   query's last committed offsets and the next drains read the source from exactly there.
 2. catch up: drains repeat until the new query's committed source offsets are at or past the old
    query's last committed offsets (read from the old checkpoint's log after each drain, so an old
    query still running is followed); numbers compare, Kafka's per-partition and Delta's offsets part
@@ -22,7 +25,8 @@ old checkpoint; Spark's advice is a new checkpoint plus a backfill. migrate does
 Stop the old query before migrating. The switch retires the old checkpoint: it writes
 `retired.json` there, and a start of any query on it is refused, naming the new checkpoint (so the
 old query cannot write into the switched table again); and it removes the staging table. Delta sinks only (the switch is a Delta commit).
-`--backfill-from-sink` (seed from the old query's table) is not supported yet.
+A refused request (the current checkpoint as `--to`, a non-Delta sink, the from-sink contract) is
+refused before anything is written to the new checkpoint or the sink.
 """
 from __future__ import annotations
 
