@@ -125,8 +125,9 @@ class LogConnection:
         with self._lock:
             for attempt in (1, 2):
                 conn = self._conn if self._conn is not None and self._pid == os.getpid() else self._connect()
-                cur = conn.cursor()
+                cur = None
                 try:
+                    cur = conn.cursor()
                     cur.execute(sql, params)
                     self.stats["statements"] += 1
                     out = cur.fetchone() if fetch else cur.rowcount
@@ -142,10 +143,11 @@ class LogConnection:
                         if done is not None:
                             return done
                 finally:
-                    try:
-                        cur.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+                    if cur is not None:
+                        try:
+                            cur.close()
+                        except Exception:  # noqa: BLE001
+                            pass
 
     @property
     def integrity_error(self) -> type[Exception]:

@@ -91,3 +91,32 @@ def test_newer_entry_version_is_refused(log):
         c.execute(sa.update(log.offsets.table).where(log.offsets.table.c.query_id == log.query_id).values(entry_version=99))
     with pytest.raises(RuntimeError, match="newer increments"):
         log.latest_offsets()
+
+
+def test_the_log_reconnects_when_its_connection_is_lost(log, log_url):
+    """The log's connection is closed under it (a restarted database, a dropped network): reads and
+    writes go on through a new connection, and a write is applied exactly once."""
+    log.write_offsets(_offsets(0), "run-a")
+    if log.backend == "postgresql":
+        import psycopg
+        pid = log.conn.execute("SELECT pg_backend_pid()", ())[0]
+        with psycopg.connect(log_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    else:
+        log.conn._conn.close()            # sqlite3: a closed connection raises ProgrammingError
+    log.write_commit(_commit(0), "run-a")
+    assert log.latest_commit().batch_id == 0
+    log.write_offsets(_offsets(1), "run-a")
+    assert [(o.batch_id, c is not None) for o, c in log.history()] == [(0, True), (1, False)]
+
+
+def test_the_log_counts_its_statements_and_commits(log):
+    before = dict(log.stats)
+    log.write_offsets(_offsets(0), "run-a")            # one insert: one statement, one commit
+    assert log.offsets.owner(0) == ("run-a", 1)        # one read
+    log.write_commit(_commit(0), "run-a")              # the fenced insert: one statement, one commit
+    assert log.stats["statements"] - before["statements"] == 3
+    assert log.stats["commits"] - before["commits"] == 2
+    with pytest.raises(ConcurrentRunError):
+        log.write_commit(_commit(0), "run-b")          # refused: nothing written, nothing committed
+    assert log.stats["commits"] - before["commits"] == 2

@@ -90,3 +90,28 @@ def test_loser_is_refused_and_its_state_is_never_read(tmp_path, state_store):
     # the state reader follows the log to the winner's files too
     state = inc.read_state(str(tmp_path / "chk"), "0")
     assert state.num_rows == len(totals)
+
+
+@pytest.mark.parametrize("state_store", ["rocksdb", "memory"])
+def test_a_runner_planning_from_its_own_last_commit_still_meets_the_fence(tmp_path, state_store):
+    """A runner plans batch N+1 from the commit it wrote itself (no read of the log). If another
+    runner ran batches meanwhile, its write-ahead insert of offsets[N+1] fails and it stops before
+    reading anything; the other runner's batches are untouched and the totals count each row once."""
+    totals = _inputs(tmp_path / "in")
+    out_a, out_b = {}, {}
+    a = _runtime(tmp_path / "in", tmp_path / "chk", tmp_path / "cache_a", out_a, state_store)
+    b = _runtime(tmp_path / "in", tmp_path / "chk", tmp_path / "cache_b", out_b, state_store)
+    try:
+        assert steps.run_one_batch(a)["batch_id"] == 0
+        assert a.log.latest_known()[2], "A remembers its own commit of batch 0"
+        assert steps.run_one_batch(b)["batch_id"] == 1          # B read the log: batch 0 is committed
+        with pytest.raises(ConcurrentRunError, match=r"offsets\[1\] was written by another runner"):
+            steps.plan_batch(a)
+        assert not a.log.latest_known()[2], "a failed write forgets what A remembered"
+        assert a.log.get_offsets(1).owner == b.run_id and a.log.get_commit(1).extra["run_id"] == b.run_id
+        while steps.run_one_batch(b) is not None:
+            pass
+    finally:
+        a.close()
+        b.close()
+    assert out_b[max(out_b)] == totals and max(out_b) == 3

@@ -228,3 +228,29 @@ def test_one_frame_feeds_two_queries_each_with_its_own_checkpoint(tmp_path):
     assert sorted(got["a"]) == everything and sorted(got["b"]) == everything
     for name in ("a", "b"):
         assert sorted(os.listdir(tmp_path / f"chk_{name}" / "sources" / "0")) == ["0.json", "1.json", "2.json", "3.json"]
+
+
+def test_empty_batches_keep_the_output_schema_and_row_making_queries_still_run(tmp_path):
+    """An empty input skips DuckDB after its first answer, which must change nothing the sink sees:
+    the same (empty) table with the query's output schema; and a projection that makes a row out of
+    no rows (an aggregate in select, run per batch as DuckDB does) still makes it in every batch."""
+    from increments.execution import steps
+    src = inc.read_stream.memory("id BIGINT, name STRING")
+    got = []
+    rt = (src.filter("id >= 0").select("id", "upper(name) AS name", "id * 2 AS twice").write_stream
+          .foreach_batch(lambda t, b: got.append(t)).checkpoint_location(str(tmp_path / "a")).build())
+    counts = []
+    rt2 = (src.select("count(*) AS n").write_stream.foreach_batch(lambda t, b: counts.append(t.to_pylist()))
+           .checkpoint_location(str(tmp_path / "b")).build())
+    try:
+        for rows in ([], [], [(1, "x")], []):
+            src.add_data(rows)
+            steps.run_one_batch(rt)
+            steps.run_one_batch(rt2)
+    finally:
+        rt.close()
+        rt2.close()
+    assert [t.num_rows for t in got] == [0, 0, 1, 0]
+    assert all(t.schema == rt.plan.output_schema for t in got)
+    assert got[2].to_pylist() == [{"id": 1, "name": "X", "twice": 2}]
+    assert counts == [[{"n": 0}], [{"n": 0}], [{"n": 1}], [{"n": 0}]]
