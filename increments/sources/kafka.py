@@ -59,25 +59,30 @@ _PARSE_BYTES = 2 << 20   # values handed to the parse thread in pieces of about 
 _STALL_S = 1.0     # no answer at all this long after assign -> probe the partition's (low, high)
 
 
-class _LazyMessage:
-    """confluent_kafka.Message's unbound methods, for map() over a consumed chunk (no Python loop)."""
-    def __getattr__(self, name):
-        from confluent_kafka import Message
-        return getattr(Message, name)
+def _binary_array(values: list, lens: list | None) -> pa.Array:
+    """values (bytes) as one Arrow binary array: one b"".join and the lengths' running sum (no
+    per-value conversion). lens None (a null among the values) or more than 2 GiB: pa.array."""
+    total = sum(int(x.sum()) for x in lens) if lens is not None else 0
+    if lens is None or total >= (1 << 31) - 1:
+        return pa.array(values, pa.binary())
+    offsets = np.zeros(len(values) + 1, np.int32)
+    if values:
+        np.cumsum(np.concatenate(lens), out=offsets[1:])
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets),
+                                                            pa.py_buffer(b"".join(values))])
 
 
-_M = _LazyMessage()
-
-
-def _parse_lines(values: list, options: Any) -> pa.Table | None:
-    """One piece of values joined with newlines, parsed by pyarrow's JSON reader (worker thread; the
-    reader releases the GIL). None when anything fails (a null value, invalid JSON, a wrong type):
-    ParseJsonOp then takes its exact path, which names the bad row."""
+def _parse_piece(values: pa.Array, options: Any) -> pa.Table | None:
+    """One piece of values (an Arrow binary array) joined with newlines by Arrow and parsed by
+    pyarrow's JSON reader (worker thread; both release the GIL). None when anything fails (invalid
+    JSON, a wrong type): ParseJsonOp then takes its exact path, which names the bad row."""
+    import pyarrow.compute as pc
     import pyarrow.json as pajson
     try:
-        buf = b"\n".join(values)
+        n = len(values)
+        buf = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), values), b"\n")[0].as_buffer()
         return pajson.read_json(pa.BufferReader(buf), parse_options=options, read_options=pajson.ReadOptions(
-            use_threads=False, block_size=max(1 << 20, min(len(buf) + 1, 64 << 20))))
+            use_threads=False, block_size=max(1 << 20, min(buf.size + 1, 64 << 20))))
     except Exception:  # noqa: BLE001 - any failure means "no pre-parse"; the exact path decides
         return None
 
@@ -426,24 +431,45 @@ class KafkaSource(Source):
     def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True,
                        parse: bool = False, skip: frozenset = frozenset()) -> tuple[pa.Table, list | None]:
         """Consume [s, e) of (t, p) in small chunks (_consume_step), each dropped before the next
-        consume(); columns by map() over each chunk (topic and partition are constants here, not read
-        per message). Nothing at all within _STALL_S of the start (a start past the end gets no answer
-        from Tansu) raises _OutOfRange when probe_stall. Columns in `skip` ("key", "timestamp") are
-        not read per message (null in the table).
+        consume(); topic and partition are constants here, not read per message. Nothing at all
+        within _STALL_S of the start (a start past the end gets no answer from Tansu) raises
+        _OutOfRange when probe_stall. Columns in `skip` ("key", "timestamp") are not read per
+        message (null in the table).
 
-        With `parse`, the values also go to the worker thread (_parse_lines) about every _PARSE_BYTES
-        while the next ones are consumed; returns [(messages, future)] in row order, or None when a
-        value is null or the rows had to be reordered or cut (nothing to pre-parse or line up)."""
-        from confluent_kafka import TopicPartition
+        Per message only error() and value() are called (and len() of the value): librdkafka hands
+        a partition's messages over in strictly increasing offsets, so a chunk whose last offset is
+        its first + len - 1 holds exactly those offsets (taken as a range, not message by message);
+        any other chunk has its offsets read one by one (and _build sorts and cuts). The values are
+        kept as Arrow binary pieces of about _PARSE_BYTES (one b"".join per piece, no per-value
+        conversion). With `parse`, each piece also goes to the worker thread (_parse_piece, which
+        holds no GIL) while the next messages are consumed; returns [(messages, future)] in row
+        order, or None when a value is null or the rows had to be reordered or cut (nothing to
+        pre-parse or line up)."""
+        from confluent_kafka import Message, TopicPartition
+        m_error, m_offset, m_value = Message.error, Message.offset, Message.value
         c = self._client()
         step = _consume_step()
         pieces: list | None = [] if parse else None
-        handed, pending = 0, 0        # values[:handed] went to the parse; bytes in values[handed:]
         keys: list | None = None if "key" in skip else []
-        values: list = []
-        offsets: list = []
+        chunks: list = []            # the value column: Arrow binary arrays, one per piece
+        piece: list = []             # values of the piece being filled
+        lens: list | None = []       # their lengths (np arrays per consumed chunk); None: a null value
+        pending = 0                  # bytes in piece
+        offsets: list = []           # np int64 arrays, one per consumed chunk
         stamps: list | None = None if "timestamp" in skip else []
         last = s - 1
+
+        def close_piece() -> None:
+            nonlocal piece, lens, pending, pieces
+            arr = _binary_array(piece, lens)
+            chunks.append(arr)
+            if pieces is not None:
+                if lens is None:   # a null value (tombstone): parse_json's exact path decides
+                    pieces = None
+                else:
+                    pieces.append(self._hand_to_parse(arr))
+            piece, lens, pending = [], [], 0
+
         c.assign([TopicPartition(t, p, s)])
         deadline = time.time() + self.fetch_timeout_s
         stall_at = time.time() + _STALL_S
@@ -459,41 +485,45 @@ class KafkaSource(Source):
                     continue
                 deadline = time.time() + self.fetch_timeout_s
                 ended = False
-                if any(map(_M.error, msgs)):
+                if any(map(m_error, msgs)):
                     ended = self._check_errors(msgs, t, p, e, last)
                     msgs = [m for m in msgs if m.error() is None]
                 if msgs:
-                    offs = list(map(_M.offset, msgs))
-                    vals = list(map(_M.value, msgs))
+                    n = len(msgs)
+                    first, end_off = msgs[0].offset(), msgs[-1].offset()
+                    if end_off - first == n - 1 and first > last:   # strictly increasing: exactly first..end_off
+                        offsets.append(np.arange(first, end_off + 1, dtype=np.int64))
+                    else:
+                        offsets.append(np.fromiter(map(m_offset, msgs), np.int64, n))
+                    vals = list(map(m_value, msgs))
                     if keys is not None:
-                        keys += map(_M.key, msgs)
-                    values += vals
+                        keys += map(Message.key, msgs)
+                    piece += vals
                     if stamps is not None:   # timestamp() costs ~4x value(): only when read
-                        stamps += map(_second, map(_M.timestamp, msgs))
-                    offsets += offs
-                    last = max(last, offs[-1])
-                    if pieces is not None:
+                        stamps += map(_second, map(Message.timestamp, msgs))
+                    last = max(last, end_off)
+                    if lens is not None:
                         try:
-                            pending += sum(map(len, vals))
-                        except TypeError:   # a null value (tombstone): parse_json's exact path decides
-                            pieces = None
+                            ln = np.fromiter(map(len, vals), np.int64, n)
+                        except TypeError:   # a null value
+                            lens = None
                         else:
-                            if pending >= _PARSE_BYTES:
-                                pieces.append(self._hand_to_parse(values, handed))
-                                handed, pending = len(values), 0
+                            lens.append(ln)
+                            pending += int(ln.sum())
+                    if pending >= _PARSE_BYTES:
+                        close_piece()
                 del msgs   # before the next consume(): see _consume_step
                 if ended:
                     break
         finally:
             c.unassign()
-        if pieces is not None and handed < len(values):
-            pieces.append(self._hand_to_parse(values, handed))
-        table, in_order = self._build(t, p, s, e, keys, values, offsets, stamps)
+        if piece:
+            close_piece()
+        table, in_order = self._build(t, p, s, e, keys, chunks, offsets, stamps)
         return table, (pieces if in_order else None)
 
-    def _hand_to_parse(self, values: list, start: int) -> tuple[int, Any]:
-        part = values[start:]
-        return len(part), self._parse_pool().submit(_parse_lines, part, self._parse_options)
+    def _hand_to_parse(self, piece: pa.Array) -> tuple[int, Any]:
+        return len(piece), self._parse_pool().submit(_parse_piece, piece, self._parse_options)
 
     def _parse_pool(self):
         if self._pool is None:
@@ -502,14 +532,14 @@ class KafkaSource(Source):
         return self._pool
 
     @staticmethod
-    def _build(t: str, p: int, s: int, e: int, keys: list | None, values: list, offsets: list,
+    def _build(t: str, p: int, s: int, e: int, keys: list | None, chunks: list, offsets: list,
                stamps: list | None) -> tuple[pa.Table, bool]:
         """The partition's table, and whether the messages came in order and inside [s, e) (else
         they were sorted and cut here). keys/stamps None: not read (the column is null)."""
-        n = len(offsets)
-        off = np.asarray(offsets, np.int64)
+        off = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+        n = len(off)
         key = pa.array(keys, pa.binary()) if keys is not None else None
-        value = pa.array(values, pa.binary())
+        value = pa.chunked_array(chunks, pa.binary())
         ts = np.asarray(stamps, np.int64) if stamps is not None else None
         in_order = True
         if n and (off[0] < s or off[-1] >= e or (n > 1 and not bool(np.all(off[1:] > off[:-1])))):
