@@ -140,8 +140,9 @@ class SinkBackfill:
         cols = []
         rows = sum(t.num_rows for t in pieces)
         for f in self.source_schema:
-            if f.name in self.columns and pieces:
-                cols.append(pa.chunked_array([t.column(f.name).cast(f.type) for t in pieces], f.type))
+            if f.name in self.columns and pieces:      # (a file older than the column holds nulls for it)
+                cols.append(pa.chunked_array([t.column(f.name).cast(f.type) if f.name in t.column_names
+                                              else pa.nulls(t.num_rows, f.type) for t in pieces], f.type))
             else:
                 cols.append(pa.nulls(rows, f.type))
         return pa.Table.from_arrays(cols, schema=self.source_schema)
