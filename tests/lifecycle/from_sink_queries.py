@@ -1,6 +1,7 @@
 """The queries of tests/lifecycle/test_migrate_from_sink.py: a bronze (pass-through) query on files and
 its changed version, plus old queries whose tables cannot stand in for the source. Input,
-checkpoint and sink from the environment: FS_IN, FS_CHK, FS_OUT (FS_KAFKA, FS_TOPIC for Kafka)."""
+checkpoint and sink from the environment: FS_IN, FS_CHK, FS_OUT (FS_KAFKA, FS_TOPIC for Kafka; FS_LOG
+the offsets/commits log URL, default the checkpoint's SQLite file)."""
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ def _files(schema: str = SCHEMA):
 
 
 def _write(frame, name: str = "bronze"):
-    return (frame.write_stream.format("delta").output_mode("append").query_name(name)
-            .checkpoint_location(os.environ["FS_CHK"]).trigger(available_now=True).option("path", os.environ["FS_OUT"]))
+    w = (frame.write_stream.format("delta").output_mode("append").query_name(name)
+         .checkpoint_location(os.environ["FS_CHK"]).trigger(available_now=True).option("path", os.environ["FS_OUT"]))
+    return w.option("log_url", os.environ["FS_LOG"]) if os.environ.get("FS_LOG") else w
 
 
 def bronze():               # the old query: the source's rows as they are

@@ -55,7 +55,7 @@ def _run(env: dict, fn: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def _old_ran(tmp_path, monkeypatch, files: int, old: str = "bronze", gone: int = 3) -> dict:
+def _old_ran(tmp_path, monkeypatch, files: int, old: str = "bronze", gone: int = 3, log: str | None = None) -> dict:
     """`files` input files, the old query run over them on chk_old, then the first `gone` files
     removed from the source directory (their rows now only in the old table); the FS_* environment
     set in this process (migrate runs the changed query here)."""
@@ -63,6 +63,8 @@ def _old_ran(tmp_path, monkeypatch, files: int, old: str = "bronze", gone: int =
     for f in range(files):
         _file(inp, f)
     env = _env(tmp_path, "chk_old")
+    if log:
+        env["FS_LOG"] = log
     _run(env, old)
     for f in range(gone):
         os.remove(os.path.join(inp, f"part-{f:04d}.json"))
@@ -82,14 +84,14 @@ def _migrate(tmp_path, fn: str = "changed", **kw):
     return res, lines
 
 
-def test_from_sink_backfills_what_the_source_lost_and_continues_at_the_old_offsets(tmp_path, monkeypatch):
+def test_from_sink_backfills_what_the_source_lost_and_continues_at_the_old_offsets(tmp_path, monkeypatch, log_url):
     """Files 0-2 are gone from the source; the old query (still running) reads files 6-7 while the
     backfill from its table runs, file 8 lands after its last batch. The source drains start after
     the old query's files (no file read twice), follow it, and the switch is one commit; afterwards
-    the changed query goes on from the new checkpoint."""
+    the changed query goes on from the new checkpoint. SQLite and PostgreSQL logs."""
     from deltalake import DeltaTable
     inp = str(tmp_path / "in")
-    old = _old_ran(tmp_path, monkeypatch, 6)
+    old = _old_ran(tmp_path, monkeypatch, 6, log=log_url)
     assert not os.path.exists(os.path.join(inp, "part-0000.json"))
     seen = {}
 
@@ -112,7 +114,7 @@ def test_from_sink_backfills_what_the_source_lost_and_continues_at_the_old_offse
     assert _rows(old["FS_OUT"]) == _expected(range(9))               # files 0-2 came from the old table
     # the new checkpoint's file source starts after the old query's files: file 9 only, nothing again
     _file(inp, 9)
-    _run(_env(tmp_path, "chk_new"), "changed")
+    _run(dict(old, FS_CHK=str(tmp_path / "chk_new")), "changed")
     assert _rows(old["FS_OUT"]) == _expected(range(10))
     r = subprocess.run([sys.executable, "-c", "import from_sink_queries as q; q.bronze().start().await_termination()"],
                        env=old, capture_output=True, text=True, timeout=300)
