@@ -280,8 +280,11 @@ def plan_backfill(writer: Any, sink_path: str, opts: dict[str, Any], query: str)
     if last is None:
         raise refusal(query, shown, f"the old checkpoint {old_loc.url} has no committed batch")
     batches = []
+    newest = log.latest_offsets()         # (an uncommitted offsets[L + 1] of a crashed old runner counts too)
+    entries = {o.batch_id: (o, c) for o, c in log.history(limit=max(newest.batch_id if newest else 0, last.batch_id)
+                                                            + 1)}      # two queries in all
     for b in range(last.batch_id + 1):
-        o, c = log.get_offsets(b), log.get_commit(b)
+        o, c = entries.get(b, (None, None))
         if o is None or c is None or "0" not in o.end:
             raise refusal(query, shown, f"the old checkpoint's log lacks offsets or commit of batch {b}")
         batches.append(OldBatch(b, o.start["0"], o.end["0"], int(c.num_output_rows or 0)))
