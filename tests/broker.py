@@ -5,7 +5,7 @@ in-memory engine, so every session starts empty; topics are created by the tests
 `start_tansu()` is also used by bench/kafka_read.py.
 
 Tansu quirk (0.6.0): ListOffsets(latest) answers the base offset of the last record batch, not
-the high watermark; the Kafka source therefore probes the end with a fetch (see sources/kafka.py).
+the high watermark; the Kafka source therefore probes the end with a fetch (see sources/kafka/offsets.py).
 """
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ def test_backlog_reports_the_offsets_beyond_an_end(kafka_broker):
     src.close()
 
 
-# -- parse_json right on the source: parsed piece by piece while reading (sources/kafka.py) ----------
+# -- parse_json right on the source: parsed piece by piece while reading (sources/kafka/) ----------
 
 PJ_SCHEMA = "id BIGINT, name STRING, amount DOUBLE, ok BOOLEAN, at TIMESTAMP"
 
@@ -215,13 +215,14 @@ def _spy_take(monkeypatch):
 
 def test_parse_json_while_reading_gives_the_exact_paths_rows(kafka_broker, tmp_path, monkeypatch):
     import increments.sources.kafka as kafka_mod
+    import increments.sources.kafka.consume as consume_mod
     from increments.operators.stateless import ParseJsonOp
     topic = create_topic(kafka_broker, partitions=2)
     rows = [{"id": i, "name": f"n{i}" if i % 7 else None, "amount": i / 4, "ok": i % 2 == 0,
              "at": f"2024-01-01T00:00:{i % 60:02d}Z", "extra": [i]} for i in range(120)]
     produce(kafka_broker, topic, [json.dumps(r) for r in rows])
-    monkeypatch.setattr(kafka_mod, "_CHUNK", 7)          # many consume() calls per partition and batch
-    monkeypatch.setattr(kafka_mod, "_PARSE_BYTES", 1000)  # and pieces parsed while reading
+    monkeypatch.setattr(consume_mod, "_CHUNK", 7)          # many consume() calls per partition and batch
+    monkeypatch.setattr(consume_mod, "_PARSE_BYTES", 1000)  # and pieces parsed while reading
     taken = _spy_take(monkeypatch)
 
     def run(name):

@@ -1,4 +1,4 @@
-"""A Kafka topic deleted and recreated (KafkaSource's plan and read; see kafka.py).
+"""A Kafka topic deleted and recreated (KafkaSource's plan and read; see offsets.py).
 
 The source keeps sources/<i>/topic_ids.json: [{"ids": {topic: id}, "reset_after": offsets | None,
 "reset_topics": [...]}, ...], one epoch per change of a topic's id (the first at the first plan).
@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any
 
-from ..errors import DataLossError
+from ...errors import DataLossError
 
 log = logging.getLogger("increments.sources.kafka")
 

@@ -1,0 +1,250 @@
+"""read(start, end) of a Kafka source: each partition's range consumed into an Arrow table.
+
+See the package docstring for the contracts (exact ranges, the data-loss rule applied while
+consuming, no probe on the common path) and _consume_range for how messages become columns.
+"""
+from __future__ import annotations
+
+import operator
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...errors import DataLossError
+from .parse import _Parsed
+
+SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                    ("partition", pa.int32()), ("offset", pa.int64()),
+                    ("timestamp", pa.timestamp("us", tz="UTC"))])
+_second = operator.itemgetter(1)
+_CHUNK = 500       # messages per consume() call at most (see _consume_step)
+_PARSE_BYTES = 2 << 20   # values kept (and handed to the parse thread) in pieces of about this size
+_STALL_S = 1.0     # no answer at all this long after assign -> probe the partition's (low, high)
+
+
+def _binary_array(values: list, lens: list | None) -> pa.Array:
+    """values (bytes) as one Arrow binary array: one b"".join and the lengths' running sum (no
+    per-value conversion). lens None (a null among the values) or more than 2 GiB: pa.array."""
+    total = sum(int(x.sum()) for x in lens) if lens is not None else 0
+    if lens is None or total >= (1 << 31) - 1:
+        return pa.array(values, pa.binary())
+    offsets = np.zeros(len(values) + 1, np.int32)
+    if values:
+        np.cumsum(np.concatenate(lens), out=offsets[1:])
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets),
+                                                            pa.py_buffer(b"".join(values))])
+
+
+def _consume_step() -> int:
+    """Messages per consume(): fewer than the cyclic GC's first threshold (700 allocations by default).
+    Message objects are tracked by the GC; with tens of thousands alive at once (one large consume()
+    chunk) every collection traverses them again and promotes them, and the full collections that
+    follow traverse the whole heap: measured a third of the read time at 20k messages per call, and
+    no collection at all when each small chunk is dropped before the next call."""
+    import gc
+    first = gc.get_threshold()[0]
+    return _CHUNK if first <= 0 else min(_CHUNK, max(50, first - 200))
+
+
+class _OutOfRange(Exception):
+    """The broker no longer (or not yet) holds the offset a read started at."""
+
+
+class KafkaConsume:
+    """KafkaSource's reading half: read() and what it needs (the client, the data-loss rule and
+    the parse hand-off come from the other halves)."""
+
+    #: read(columns=...) skips the key and timestamp of every message when the query reads neither
+    reads_columns = True
+
+    def read(self, start: Any, end: Any, columns: list[str] | None = None) -> pa.Table:
+        """Records with start <= offset < end per partition, partition by partition (see module doc).
+        With `columns`, a key or timestamp column not in it is null (not read per message).
+
+        No watermark probe on the common path: a range that begins below the low watermark (or past
+        the end) makes the broker answer out-of-range, and only then are that partition's (low, high)
+        probed and the lost part handled (`_loss`); a range that runs past the end meets the
+        end-of-partition event before its end (data loss for the rest, see `_read_partition`)."""
+        self.read_metrics = {"offsets_skipped": 0}
+        reset = self._reset_after(start)
+        if reset:
+            self.read_metrics["recreated_topics"] = sorted(reset)
+            start = {t: ({} if t in reset else v) for t, v in start.items()}
+        skip = frozenset() if columns is None else frozenset({"key", "timestamp"} - set(columns))
+        self._parsed = None
+        parse = self._parse_options is not None and self._parse_while_reading
+        ranges = []
+        for t, ps in end.items():
+            for p, e in ps.items():
+                s = start.get(t, {}).get(p, 0)
+                if e < s:
+                    self._loss(t, int(p), e, s, f"the partition now ends at {e} (topic deleted and recreated?)")
+                elif e > s:
+                    ranges.append((t, int(p), s, e))
+        # one partition at a time: measured faster on Tansu than overlapping fetches of all of them
+        read = [self._read_partition(t, p, s, e, parse, skip) for t, p, s, e in sorted(ranges)]
+        tables = [x for x, _ in read if x.num_rows]
+        out = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        if parse and out.num_rows and all(pieces is not None for _, pieces in read):
+            self._parsed = _Parsed(out, self._parse_schema, [x for _, pieces in read for x in pieces])
+        return out
+
+    def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False,
+                        skip: frozenset = frozenset()) -> tuple[pa.Table, list | None]:
+        """[s, e) of one partition, ordered by offset, and its pre-parse pieces (see _consume_range).
+        Out of range at the start -> probe, apply the data-loss rule, read what is left (once),
+        without the stall probe."""
+        try:
+            return self._consume_range(t, p, s, e, parse=parse, skip=skip)
+        except _OutOfRange:
+            s, e = self._clamp(t, p, s, e)
+            if s >= e:
+                return SCHEMA.empty_table(), []
+            try:
+                return self._consume_range(t, p, s, e, probe_stall=False, parse=parse, skip=skip)
+            except _OutOfRange as x:
+                raise DataLossError(self.fail(f"topic {t!r}, partition {p}: offsets [{s}, {e}) are out of range "
+                                              f"on the broker ({x}) although it reported them available; retry "
+                                              "the query (the topic may be changing under it)")) from None
+
+    def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True,
+                       parse: bool = False, skip: frozenset = frozenset()) -> tuple[pa.Table, list | None]:
+        """Consume [s, e) of (t, p) in small chunks (_consume_step), each dropped before the next
+        consume(); topic and partition are constants here, not read per message. Nothing at all
+        within _STALL_S of the start (a start past the end gets no answer from Tansu) raises
+        _OutOfRange when probe_stall. Columns in `skip` ("key", "timestamp") are not read per
+        message (null in the table).
+
+        Per message only error() and value() are called (and len() of the value): librdkafka hands
+        a partition's messages over in strictly increasing offsets, so a chunk whose last offset is
+        its first + len - 1 holds exactly those offsets (taken as a range, not message by message);
+        any other chunk has its offsets read one by one (and _build sorts and cuts). The values are
+        kept as Arrow binary pieces of about _PARSE_BYTES (one b"".join per piece, no per-value
+        conversion). With `parse`, each piece also goes to the worker thread (_parse_piece, which
+        holds no GIL) while the next messages are consumed; returns [(messages, future)] in row
+        order, or None when a value is null or the rows had to be reordered or cut (nothing to
+        pre-parse or line up)."""
+        from confluent_kafka import Message, TopicPartition
+        m_error, m_offset, m_value = Message.error, Message.offset, Message.value
+        c = self._client()
+        step = _consume_step()
+        pieces: list | None = [] if parse else None
+        keys: list | None = None if "key" in skip else []
+        chunks: list = []            # the value column: Arrow binary arrays, one per piece
+        piece: list = []             # values of the piece being filled
+        lens: list | None = []       # their lengths (np arrays per consumed chunk); None: a null value
+        pending = 0                  # bytes in piece
+        offsets: list = []           # np int64 arrays, one per consumed chunk
+        stamps: list | None = None if "timestamp" in skip else []
+        last = s - 1
+
+        def close_piece() -> None:
+            nonlocal piece, lens, pending, pieces
+            arr = _binary_array(piece, lens)
+            chunks.append(arr)
+            if pieces is not None:
+                if lens is None:   # a null value (tombstone): parse_json's exact path decides
+                    pieces = None
+                else:
+                    pieces.append(self._hand_to_parse(arr))
+            piece, lens, pending = [], [], 0
+
+        c.assign([TopicPartition(t, p, s)])
+        deadline = time.time() + self.fetch_timeout_s
+        stall_at = time.time() + _STALL_S
+        try:
+            while last < e - 1:
+                msgs = c.consume(num_messages=max(1, min(step, e - 1 - last)), timeout=0.1)
+                if not msgs:
+                    if probe_stall and last < s and time.time() > stall_at:
+                        raise _OutOfRange(f"nothing at offset {s} after {_STALL_S:.0f} s")   # past the end?
+                    if time.time() > deadline:
+                        raise DataLossError(self.fail(f"offsets topic {t!r} partition {p} [{last + 1}, {e}) did not "
+                                                      f"arrive within {self.fetch_timeout_s:.0f} s"))
+                    continue
+                deadline = time.time() + self.fetch_timeout_s
+                ended = False
+                if any(map(m_error, msgs)):
+                    ended = self._check_errors(msgs, t, p, e, last)
+                    msgs = [m for m in msgs if m.error() is None]
+                if msgs:
+                    n = len(msgs)
+                    first, end_off = msgs[0].offset(), msgs[-1].offset()
+                    if end_off - first == n - 1 and first > last:   # strictly increasing: exactly first..end_off
+                        offsets.append(np.arange(first, end_off + 1, dtype=np.int64))
+                    else:
+                        offsets.append(np.fromiter(map(m_offset, msgs), np.int64, n))
+                    vals = list(map(m_value, msgs))
+                    if keys is not None:
+                        keys += map(Message.key, msgs)
+                    piece += vals
+                    if stamps is not None:   # timestamp() costs ~4x value(): only when read
+                        stamps += map(_second, map(Message.timestamp, msgs))
+                    last = max(last, end_off)
+                    if lens is not None:
+                        try:
+                            ln = np.fromiter(map(len, vals), np.int64, n)
+                        except TypeError:   # a null value
+                            lens = None
+                        else:
+                            lens.append(ln)
+                            pending += int(ln.sum())
+                    if pending >= _PARSE_BYTES:
+                        close_piece()
+                del msgs   # before the next consume(): see _consume_step
+                if ended:
+                    break
+        finally:
+            c.unassign()
+        if piece:
+            close_piece()
+        table, in_order = self._build(t, p, s, e, keys, chunks, offsets, stamps)
+        return table, (pieces if in_order else None)
+
+    @staticmethod
+    def _build(t: str, p: int, s: int, e: int, keys: list | None, chunks: list, offsets: list,
+               stamps: list | None) -> tuple[pa.Table, bool]:
+        """The partition's table, and whether the messages came in order and inside [s, e) (else
+        they were sorted and cut here). keys/stamps None: not read (the column is null)."""
+        off = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+        n = len(off)
+        key = pa.array(keys, pa.binary()) if keys is not None else None
+        value = pa.chunked_array(chunks, pa.binary())
+        ts = np.asarray(stamps, np.int64) if stamps is not None else None
+        in_order = True
+        if n and (off[0] < s or off[-1] >= e or (n > 1 and not bool(np.all(off[1:] > off[:-1])))):
+            in_order = False
+            order = np.argsort(off, kind="stable")
+            order = order[(off[order] >= s) & (off[order] < e)]
+            take = pa.array(order)
+            key = key.take(take) if key is not None else None
+            value = value.take(take)
+            off = off[order]
+            ts = ts[order] if ts is not None else None
+            n = len(off)
+        stamp = (pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")) if ts is not None
+                 else pa.nulls(n, pa.timestamp("us", tz="UTC")))
+        return pa.table([key if key is not None else pa.nulls(n, pa.binary()), value,
+                         pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                                        pa.array([t], pa.string())).cast(pa.string()),
+                         pa.array(np.full(n, p, np.int32)), pa.array(off), stamp], schema=SCHEMA), in_order
+
+    def _check_errors(self, msgs: list, t: str, p: int, e: int, last: int) -> bool:
+        """Raise on real errors; True when the partition ended before `e` (a data loss that
+        fail_on_data_loss=False skips: stop waiting); out of range raises _OutOfRange (see read)."""
+        ended = False
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                continue
+            if err.code() == err._PARTITION_EOF:
+                if (m.topic(), m.partition()) == (t, p) and m.offset() < e:
+                    self._loss(t, p, max(m.offset(), last + 1), e, f"the partition ends at {m.offset()}")
+                    ended = True
+                continue
+            if err.code() in (err._AUTO_OFFSET_RESET, err.OFFSET_OUT_OF_RANGE):
+                raise _OutOfRange(str(err))
+            raise DataLossError(self.fail(f"topic {t!r}, partition {p}: reading from offset {last + 1} failed: {err}"))
+        return ended
