@@ -10,10 +10,11 @@ Commit of version N under a fresh token T (each step leaves N-1 loadable, see st
   2. ``_apply_local``: the overlay + meta (N, T, rows, lineage) go into the working copy in one WriteBatch
   3. snapshot -- changelog off: every version, synchronously (its ``_meta.json`` is what makes (N, T)
      loadable); changelog on: every ``snapshot_interval`` versions, on a background thread, as
-     Spark's maintenance task uploads snapshots: a RocksDB checkpoint of the working copy is taken
-     in the commit (local hard links), then ``_upload_snapshot`` writes its files under
-     ``N.T.snapshot/`` and ``_meta.json`` last, all create-only (a local checkpoint hard-links the
-     .sst files), then cleanup runs. A failed or interrupted copy only means no snapshot (N stays
+     Spark's maintenance task uploads snapshots: the job takes a RocksDB checkpoint of the working
+     copy (local hard links; it flushes the memtable, a few ms), and the next write to that working
+     copy waits until it exists (``_await_checkpoint``), then ``_upload_snapshot`` writes its files
+     under ``N.T.snapshot/`` and ``_meta.json`` last, all create-only (a local checkpoint hard-links
+     the .sst files), then cleanup runs. A failed or interrupted copy only means no snapshot (N stays
      loadable from changelogs). Batches go on meanwhile; only the next snapshot of the same store
      and ``close`` wait for it.
   4. cleanup every ``snapshot_interval`` versions (state.filebacked).
@@ -32,6 +33,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
@@ -168,6 +170,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._claims: dict[tuple[str, int], Claim] = {}
         self._verified: dict[tuple[str, int], tuple[int, str, int]] = {}
         self._uploads: dict[tuple[str, int], Future] = {}     # background snapshot copies + cleanup
+        self._taken: dict[tuple[str, int], threading.Event] = {}   # set when the job's local checkpoint exists
         self._uploader: ThreadPoolExecutor | None = None
 
     @property
@@ -265,8 +268,10 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         tr = None
         if version >= 0:
             token, tr = self.trace(operator, partition, version, token)
-        old = self._working.pop(key, None)
+        old = self._working.get(key)
         if old is not None:
+            self._await_checkpoint(old)          # the background job may still be taking it
+            self._working.pop(key, None)
             if old.private:
                 self._await_upload(key)          # its local checkpoint lies inside the private copy
             old.close()
@@ -321,15 +326,33 @@ class RocksDBStateStoreProvider(FileBackedProvider):
             self._upload_snapshot(self._local_checkpoint(store._w, version), loc, meta)
         elif self.cleanup_due(version):
             self._await_upload(key)            # the previous one, normally long done: one at a time per store
-            local = self._local_checkpoint(store._w, version)
+            taken = threading.Event()          # set once the local checkpoint of version N exists
             with self._lock:   # partitions commit concurrently (execution/state_manager.py)
                 if self._uploader is None:
-                    self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="increments-snapshot")
-                self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, local, loc, meta, key)
+                    # several stores at once: a store's next write waits for its own checkpoint
+                    # only, never behind another store's upload (one job at a time per store:
+                    # _await_upload above)
+                    self._uploader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="increments-snapshot")
+                self._taken[key] = taken
+                self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, store._w, taken, loc,
+                                                           meta, key)
 
-    @staticmethod
-    def _apply_local(w: Working, keys: list[bytes], values: list, meta: dict, lineage: dict[int, str]) -> None:
+    def _apply_local(self, w: Working, keys: list[bytes], values: list, meta: dict, lineage: dict[int, str]) -> None:
+        self._await_checkpoint(w)
         w.write(keys, values, meta["version"], meta["token"], meta["rows"], lineage)
+
+    def _await_checkpoint(self, w: Working) -> None:
+        """Wait until the background job has taken its local checkpoint of the working copy `w` (a
+        RocksDB checkpoint flushes the memtable: a few ms, once per snapshot_interval versions, off
+        the commit). Nothing may write to or close a working copy before: the checkpoint must hold
+        exactly the version it is named after."""
+        with self._lock:
+            pending = [(k, e) for k, e in self._taken.items() if self._working.get(k) is w]
+        for k, e in pending:
+            e.wait()
+            with self._lock:
+                if self._taken.get(k) is e:
+                    del self._taken[k]
 
     @staticmethod
     def _local_checkpoint(w: Working, version: int) -> str:
@@ -339,10 +362,17 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         Checkpoint(w.db).create_checkpoint(local)
         return local
 
-    def _snapshot_then_cleanup(self, local: str, loc, meta: dict, key: tuple[str, int]) -> None:
-        """The background job: it reads only the local checkpoint and the lineage map, so the
+    def _snapshot_then_cleanup(self, w: Working, taken: threading.Event, loc, meta: dict,
+                               key: tuple[str, int]) -> None:
+        """The background job: a local checkpoint of the working copy as the commit left it (the
+        next write to it waits for `taken`, see _await_checkpoint), then the upload from that
+        checkpoint and the cleanup, which read only the checkpoint and the lineage map, so the
         store goes on with the next batches meanwhile."""
         try:
+            try:
+                local = self._local_checkpoint(w, meta["version"])
+            finally:
+                taken.set()
             self._upload_snapshot(local, loc, meta)
         except Exception as e:  # noqa: BLE001
             from increments.storage import redact
@@ -391,6 +421,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         for w in self._working.values():
             w.close()
         self._working.clear()
+        self._taken.clear()
         for c in self._claims.values():
             c.release()
         self._claims.clear()
