@@ -51,7 +51,8 @@ class Report:
         if unsafe:
             out.append("A start of this query on this checkpoint is refused (IncompatibleCheckpointError). Keep the "
                        "original query, or run it on a new checkpoint: `increments migrate <query> --to <new "
-                       "checkpoint> --backfill earliest`.")
+                       "checkpoint> --backfill earliest` (or --backfill-from-sink for a pass-through query whose "
+                       "source no longer holds the whole history: its table stands in for it).")
         return "\n".join(out)
 
 
