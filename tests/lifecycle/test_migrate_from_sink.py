@@ -55,14 +55,15 @@ def _run(env: dict, fn: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def _old_ran(tmp_path, monkeypatch, files: int, old: str = "bronze", gone: int = 3, log: str | None = None) -> dict:
+def _old_ran(tmp_path, monkeypatch, files: int, old: str = "bronze", gone: int = 3, log: str | None = None,
+             **where: str) -> dict:
     """`files` input files, the old query run over them on chk_old, then the first `gone` files
     removed from the source directory (their rows now only in the old table); the FS_* environment
     set in this process (migrate runs the changed query here)."""
     inp = str(tmp_path / "in")
     for f in range(files):
         _file(inp, f)
-    env = _env(tmp_path, "chk_old")
+    env = dict(_env(tmp_path, "chk_old"), **where)
     if log:
         env["FS_LOG"] = log
     _run(env, old)
@@ -75,12 +76,12 @@ def _old_ran(tmp_path, monkeypatch, files: int, old: str = "bronze", gone: int =
     return env
 
 
-def _migrate(tmp_path, fn: str = "changed", **kw):
+def _migrate(tmp_path, fn: str = "changed", to: str | None = None, **kw):
     import from_sink_queries
     from increments.lifecycle.migrate import migrate
     lines: list[str] = []
     kw.setdefault("report", lines.append)
-    res = migrate(getattr(from_sink_queries, fn)(), str(tmp_path / "chk_new"), backfill="from-sink", **kw)
+    res = migrate(getattr(from_sink_queries, fn)(), to or str(tmp_path / "chk_new"), backfill="from-sink", **kw)
     return res, lines
 
 
@@ -283,3 +284,22 @@ def test_from_sink_kafka_continues_at_the_old_partition_offsets(tmp_path, monkey
     got = _rows(env["FS_OUT"], ("partition", "offset", "campaign_id", "amount"))
     want = sorted((i % 2, i // 2, f"c{i % 3}", i) for i in range(60) if i % 2 == 0)
     assert got == want
+
+
+def test_from_sink_on_an_object_store(tmp_path, monkeypatch, s3_bucket, pg_url):
+    """Checkpoints and the table on S3 (moto), the log on PostgreSQL: the old table's log and data
+    files are read through the store, the new checkpoint's sources/0 is seeded there, the staging
+    table is removed from the bucket after the switch."""
+    import boto3
+    env = _old_ran(tmp_path, monkeypatch, 5, gone=2, log=pg_url, FS_CHK=f"{s3_bucket}/chk_old",
+                   FS_OUT=f"{s3_bucket}/out")
+    _file(str(tmp_path / "in"), 5)
+    res, lines = _migrate(tmp_path, to=f"{s3_bucket}/chk_new")
+    assert [r["phase"] for r in res.rounds] == ["sink", "source"] and res.rounds[0]["input_rows"] == 5 * 8, lines
+    assert _rows(env["FS_OUT"]) == _expected(range(6))
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=s3_bucket[5:]).get("Contents", [])]
+    assert not [k for k in keys if k.startswith("out__migrate/")]
+    assert "chk_new/sources/0/4.json" in keys and "chk_old/retired.json" in keys
+    _file(str(tmp_path / "in"), 6)
+    _run(dict(env, FS_CHK=f"{s3_bucket}/chk_new"), "changed")
+    assert _rows(env["FS_OUT"]) == _expected(range(7))
