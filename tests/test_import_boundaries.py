@@ -1,0 +1,56 @@
+"""The import rules of docs/architecture.md, checked in fresh interpreters (the test process itself
+has long imported Dagster):
+
+- the engine (`increments`, every module of it) and the state package (`state`) never import
+  Dagster nor the orchestration package: only orchestration/ knows Dagster;
+- `import increments` stays light: the planner's operators, DuckDB and the execution engine load
+  when a query is built, not when the package is imported;
+- every logical plan node type has a builder: Compiler.build's own (the stateless nodes) or the
+  explicit table of plan/builders.py.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code: str) -> str:
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_importing_increments_and_state_leaves_dagster_out():
+    out = _run("import sys, increments, state\n"
+               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'orchestration')))")
+    assert out == "[]"
+
+
+def test_no_module_of_the_engine_or_the_state_package_imports_dagster():
+    out = _run("import importlib, pkgutil, sys, increments, state\n"
+               "names = [m.name for p in (increments, state) for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.')]\n"
+               "for m in names: importlib.import_module(m)\n"
+               "print(len(names), sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'orchestration'}))")
+    count, leaked = out.split(" ", 1)
+    assert int(count) > 50 and leaked == "[]"
+
+
+def test_import_increments_does_not_load_the_planner_or_the_engine():
+    out = _run("import sys, increments\n"
+               "print(sorted(m for m in sys.modules if m.startswith(('increments.operators', 'increments.plan.compiler',\n"
+               "             'increments.execution.query', 'increments.execution.steps', 'duckdb'))))")
+    assert out == "[]"
+
+
+def test_every_plan_node_type_has_a_builder():
+    from increments.plan import nodes as n
+    from increments.plan.builders import BUILDERS
+    built_by_the_compiler = {n.SourceNode, n.StaticNode, n.Select, n.Filter, n.WithColumn, n.Sort, n.Limit, n.Alias,
+                             n.ParseJson, n.WithWatermark}
+    node_types = {c for c in vars(n).values()
+                  if isinstance(c, type) and issubclass(c, n.Node) and c not in (n.Node, n.Unary)}
+    assert set(BUILDERS) | built_by_the_compiler == node_types
+    assert not set(BUILDERS) & built_by_the_compiler
