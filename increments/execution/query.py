@@ -113,6 +113,9 @@ class StreamingQuery:
         try:
             for i, src in enumerate(rt.sources):   # this runner runs the next batches in this process
                 src.enable_read_ahead(rt.plan.scan_columns.get(i))
+                prepare = _prepare_hook(rt, i)
+                if prepare is not None:
+                    src.prepare_rows_with(prepare)
             if self.trigger.kind == "available_now":
                 for src in rt.sources:
                     src.prepare_available_now()
@@ -178,4 +181,21 @@ class StreamingQuery:
 
     def __repr__(self) -> str:
         return f"StreamingQuery(name={self.name!r}, id={self.id}, active={self.is_active})"
+
+
+def _prepare_hook(rt: QueryRuntime, index: int) -> Any:
+    """The work on source `index`'s rows that can run while they are read ahead: the partials of an
+    operator with `prepare` that receives the scan's table object unchanged (through watermark
+    nodes only), e.g. scan -> with_watermark -> group_by(window, key).count(). None otherwise."""
+    from ..operators.stateless import ScanOp, WatermarkOp
+    nparts = rt.state.partitions
+    for op in rt.plan.root.walk():
+        if not hasattr(op, "prepare") or len(op.children) != 1:
+            continue
+        child = op.children[0]
+        while isinstance(child, WatermarkOp):
+            child = child.children[0]
+        if isinstance(child, ScanOp) and child.source_index == index:
+            return lambda table, op=op: op.prepare(table, nparts)
+    return None
 

@@ -18,6 +18,8 @@ Session windows are built by session_window.py.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from typing import Any
 
 import pyarrow as pa
@@ -179,6 +181,9 @@ class WindowAggregateOp(PhysicalOp):
         elif self.time_key is not None:
             self.event_time_cols[self.time_key] = wm[self.time_key]
         self.key_columns = [k.name if isinstance(k, WindowSpec) else k for k in keys]
+        #: partials computed ahead (prepare): id(table) -> (weak ref to the table, partitions, partials)
+        self._prepared: dict[int, tuple[Any, int, pa.Table]] = {}
+        self._prepared_lock = threading.Lock()
 
     # -- description -------------------------------------------------------------------------
     def _time_fields(self) -> list[tuple[str, str]]:
@@ -330,14 +335,44 @@ class WindowAggregateOp(PhysicalOp):
         from .state_util import partition_ids
         return result.append_column("__p", partition_ids(result, pcols, nparts))
 
+    #: partials prepared ahead and not (yet) used are dropped beyond this many tables
+    PREPARED_MAX = 8
+    #: batches whose partials were prepared ahead (a test or a profile checks the path ran)
+    prepared_used = 0
+
+    def prepare(self, table: pa.Table, nparts: int) -> None:
+        """Compute the partials of `table` ahead of its batch, off the batch's thread (the local
+        runner's read-ahead calls it for the rows of the next batches as they are decoded, when
+        those rows reach this operator unchanged: scan -> with_watermark -> here). execute() uses
+        them only for the very same table object and number of partitions, so a batch's output is
+        what computing them in the batch gives; anything else is computed in the batch as usual."""
+        partials = self._partials(table, nparts)
+        with self._prepared_lock:
+            for k in [k for k, v in self._prepared.items() if v[0]() is None]:
+                del self._prepared[k]
+            self._prepared[id(table)] = (weakref.ref(table), nparts, partials)
+            while len(self._prepared) > self.PREPARED_MAX:
+                del self._prepared[next(iter(self._prepared))]
+
+    def _take_prepared(self, table: pa.Table, nparts: int) -> pa.Table | None:
+        with self._prepared_lock:
+            entry = self._prepared.pop(id(table), None)
+        if entry is None or entry[0]() is not table or entry[1] != nparts:
+            return None
+        self.prepared_used += 1
+        return entry[2]
+
     def execute(self, ctx: BatchContext) -> pa.Table:
         import pyarrow.compute as pc
         table = self.children[0].execute(ctx)
         stores = ctx.stores(self)
-        write_schema_once(self, ctx, self.key_fields(), self.acc.value_fields())
+        if not getattr(self, "_schema_written", False):
+            write_schema_once(self, ctx, self.key_fields(), self.acc.value_fields())
         if self.watermarked and self.mode != "complete":
             self._route_late(ctx, table)
-        partials = self._partials(table, len(stores))
+        partials = self._take_prepared(table, len(stores))
+        if partials is None:
+            partials = self._partials(table, len(stores))
         tcol = self._time_cols()[0] if self._time_cols() else None
         if self.watermarked and self.mode != "complete" and partials.num_rows:
             late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark(self) * 1000), False)

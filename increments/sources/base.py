@@ -89,6 +89,11 @@ class Source(ABC):
         (None: all): a source may prepare their data in the background (default: nothing).
         Runners that exit after one step (Dagster ops) do not call it."""
 
+    def prepare_rows_with(self, prepare: Any) -> None:
+        """The local runner's hook for rows read ahead: a source that decodes the next batches in
+        the background may call `prepare(table)` on each decoded table there (default: ignored).
+        The batch must then read exactly that table object for the work to be reused."""
+
     def available_now_target(self) -> Any:
         return None
 

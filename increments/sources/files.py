@@ -66,7 +66,8 @@ MULTI_FILE_SCAN_MIN = 8
 
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
-                  "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {}}
+                  "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
+                  "_prepare": None}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
@@ -97,6 +98,7 @@ class FileSource(Source):
         self.read_metrics: dict[str, Any] = {}
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
+        self._prepare: Any = None             # prepare_rows_with: applied to rows decoded ahead
         self._known: dict[str, tuple] = {}    # key -> (size, etag) as listed, for the read-ahead
         #: entry n -> the facts of its files that its read found changed since listed ({} = none), as
         #: recorded in sources/<i>/<n>.read.json by this runtime (file_changes.py)
@@ -294,7 +296,8 @@ class FileSource(Source):
         self.read_metrics = {"files": len(files), "skipped_files": skipped, "changed_files": changed}
         if not tables:
             return self.schema().empty_table()
-        return pa.concat_tables(tables)
+        # one file: its table as decoded (rows prepared ahead are known by the table object)
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     # -- files that changed after they were read (sources/file_changes.py) ------------------------
     def _check_unchanged(self, start: int, end: int) -> list[str]:
@@ -349,6 +352,21 @@ class FileSource(Source):
             self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES, stat=self._fingerprint, expected=self._listed_as)
         self._ahead_columns = columns if self.reads_columns else None
 
+    def prepare_rows_with(self, prepare: Any) -> None:
+        """Apply `prepare(table)` to the rows of every file decoded ahead, on the read-ahead
+        thread (the local runner passes the consuming operator's own pre-computation, see
+        WindowAggregateOp.prepare). A failing prepare only loses that head start."""
+        self._prepare = prepare
+
+    def _decode_ahead(self, key: str, columns: list[str] | None) -> pa.Table:
+        table = self._decode(key, columns)
+        if self._prepare is not None:
+            try:
+                self._prepare(table)
+            except Exception:  # noqa: BLE001 - the batch computes it again and raises there if it must
+                log.debug("prepare of %s read ahead failed", key, exc_info=True)
+        return table
+
     def close(self) -> None:
         if self._read_ahead is not None:
             self._read_ahead.close()
@@ -359,7 +377,7 @@ class FileSource(Source):
             self._known = {(i["name"] if isinstance(i, dict) else i.name):
                            ((i["size"], i["etag"]) if isinstance(i, dict) else (i.size, i.etag)) for i in infos}
             cols = self._ahead_columns
-            self._read_ahead.start(keys, cols, lambda f: self._decode(f, cols))
+            self._read_ahead.start(keys, cols, lambda f: self._decode_ahead(f, cols))
 
     def _fingerprint(self, key: str) -> Any:
         """What tells a file changed: (size, mtime) of a local file, the listing facts of an object."""

@@ -192,3 +192,32 @@ def test_a_query_failing_while_reading_ahead_exits_cleanly(tmp_path):
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
         assert f"file {d / 'f1.json'}, line 1" in p.stdout
+
+
+def test_aggregation_partials_prepared_while_reading_ahead_give_the_same_output(tmp_path, monkeypatch):
+    """scan -> with_watermark -> group_by(window, key): the local runner computes each file's
+    partials on the read-ahead thread (WindowAggregateOp.prepare); the batches reuse them and emit
+    exactly what computing them in the batch emits."""
+    import increments.execution.query as query_mod
+    d = tmp_path / "in"
+    d.mkdir()
+    for k in range(6):
+        rows = _rows(k, n=4) + [{"campaign_id": "c9", "user_id": "late", "amount": 1,
+                                 "event_time": "2026-11-01T00:05:00Z"}]
+        _write(d / f"f{k}.json", rows)
+
+    def run(name):
+        out = []
+        q = (_hourly(inc.read_stream.files(str(d), "json", SCHEMA, max_files_per_trigger=1)).count()
+             .write_stream.output_mode("append").option("state_partitions", 2)
+             .foreach_batch(lambda t, b: out.append((b, sorted(map(str, t.to_pylist())))))
+             .checkpoint_location(str(tmp_path / name)).trigger(available_now=True).start())
+        q.await_termination()
+        return out, q.runtime.plan.root, [p["num_input_rows"] for p in q.recent_progress]
+    prepared, op, counts = run("chk_prepared")
+    assert op.prepared_used == 6                    # every batch reused the partials of its file
+    monkeypatch.setattr(query_mod, "_prepare_hook", lambda rt, index: None)
+    computed, op2, counts2 = run("chk_computed")
+    assert op2.prepared_used == 0
+    assert prepared == computed and counts == counts2
+    assert sum(len(rows) for _, rows in prepared) > 0
