@@ -14,8 +14,9 @@ batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
         a one-sided conjunct is the pre-join filter: failing rows get their NULL row at once
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
     key text + partition (md5_number(key text) % partitions) of every new row, in DuckDB
-    load the stored rows of both sides whose key occurs among the new rows (all chunks read,
-        one is_in on the key text)
+    load the stored rows of both sides whose key occurs among the new rows (one is_in on the key
+        text over the stored chunks, which the operator keeps decoded in memory from the batch
+        before when the store was loaded at exactly the state it committed: _take_mirrors)
     pairs = (stored + new) x (stored + new) matching the condition (keys compared null-safely,
         as Spark's state does), minus stored x stored                                   (DuckDB)
     left semi: Spark looks up the new right rows first, then the new left rows against a right
@@ -32,7 +33,9 @@ are refused when the query starts, inner joins run and warn in every progress re
 Recovery: all state writes go to the stores opened at N-1 and are committed as N by the engine;
 stored rows live in Arrow chunks keyed by (min event time, batch id) (join_state.py), every write a
 deterministic function of version N-1 and the batch, so a redo of N rewrites exactly the same keys.
-Per batch the side's chunks of every partition are read into one Arrow table, the candidates
+Per batch the side's chunks of every partition form one Arrow table (read from the store only
+after a restart, a redo or a batch another runner committed; otherwise the chunks this operator
+wrote, kept between batches), the candidates
 (stored rows whose key occurs among the new rows) selected with one is_in, and all state updates
 (store, mark matched, semi deletions, eviction) are masks over Arrow/numpy arrays: no per-row Python.
 """
@@ -266,13 +269,17 @@ class StreamStreamJoinOp(PhysicalOp):
         keys = {side: self._keys(new[side], side, len(stores)) for side in new}
         want = pa.concat_arrays([keys["left"][0], keys["right"][0]]).unique()
         sw_us = {side: self._state_watermark_us(side, ctx) for side in new}
-        full, cand, chunk_keys = {}, {}, {}
+        mirrors = self._take_mirrors(stores)
+        full, cand, chunk_keys, where = {}, {}, {}, {}
         for side in new:
             schema = self.ls.schema if side == "left" else self.rs.schema
-            chunk_keys[side], parts_ = [], []
+            chunk_keys[side], where[side], parts_, row0 = [], [], [], 0
             for p, store in enumerate(stores):
-                ks, t = js.load(store, side, schema)
+                ks, t, mirrors[p][side], starts = js.load(store, side, schema, mirrors[p][side])
                 chunk_keys[side].append(ks)
+                ends = starts[1:] + [t.num_rows]
+                where[side].append([(row0 + a, b - a) for a, b in zip(starts, ends)])   # chunk c: (first row, rows)
+                row0 += t.num_rows
                 parts_.append(t.append_column("__p", pa.array(np.full(t.num_rows, p, np.int32))))
             full[side] = pa.concat_tables(parts_)
             cand[side] = np.flatnonzero(pc.is_in(full[side].column("__k"), value_set=want)
@@ -295,7 +302,8 @@ class StreamStreamJoinOp(PhysicalOp):
         unmatched = {}
         for si, side in enumerate(("left", "right")):
             unmatched[side] = self._update_side(ctx, stores, side, si, new[side], keys[side], full[side], cand[side],
-                                                chunk_keys[side], matched[side], counts, metrics)
+                                                chunk_keys[side], matched[side], counts, metrics,
+                                                [m[side] for m in mirrors], where[side])
         if self.how in OUTER_LEFT and failed.get("left") is not None and failed["left"].num_rows:
             parts.append(run_sql(self.null_left_sql, {"__nl": failed["left"], "__ar": tables["right"]}))
         if self.how in OUTER_RIGHT and failed.get("right") is not None and failed["right"].num_rows:
@@ -308,7 +316,30 @@ class StreamStreamJoinOp(PhysicalOp):
             if c != b:
                 js.write_counts(stores[p], c)
         ctx.custom_metrics.setdefault(self.operator_id, {}).update(num_rows_total=sum(sum(c) for c in counts), **metrics)
-        return pa.concat_tables([t.cast(self.schema) for t in parts])
+        result = pa.concat_tables([t.cast(self.schema) for t in parts])
+        self._keep_mirrors(stores, mirrors, ctx.batch_id)
+        return result
+
+    # -- the stored chunks kept between batches ------------------------------------------------------
+    def _take_mirrors(self, stores) -> list[dict]:
+        """Per partition, the decoded chunks of both sides as this operator wrote them in the batch
+        before (join_state.Mirror), when the store was loaded at exactly that state: the same
+        version and the token that this operator's store got when it committed it (a redo, a
+        batch another runner committed, or a store loaded from the checkpoint: None, read from
+        the store). Taken, not shared: a batch that fails leaves nothing kept."""
+        kept, self._mirrors = getattr(self, "_mirrors", {}), {}
+        out = []
+        for p, store in enumerate(stores):
+            k = kept.get(p)
+            ok = (k is not None and getattr(store, "token", None) and getattr(store, "version", None) == k["version"]
+                  and k["store"].version == k["version"] and k["store"].token == store.token)
+            out.append(k["sides"] if ok else {"left": None, "right": None})
+        return out
+
+    def _keep_mirrors(self, stores, mirrors: list[dict], batch_id: int) -> None:
+        """Keep the batch's chunks for the next batch (valid only if these stores commit batch_id)."""
+        self._mirrors = {p: {"store": store, "version": int(batch_id), "sides": mirrors[p]}
+                         for p, store in enumerate(stores) if getattr(store, "version", None) is not None}
 
     def _drop_late(self, table: pa.Table, side: str, late_ms: int) -> tuple[pa.Table, pa.Table]:
         """(rows kept, rows dropped as late) of one side's new rows."""
@@ -337,7 +368,7 @@ class StreamStreamJoinOp(PhysicalOp):
 
     def _all_rows(self, side: str, full: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
-        old = full.take(pa.array(cand, pa.int64()))
+        old = _take_sorted(full, cand)
         return _annotate(pa.concat_tables([old.select(schema.names).cast(schema), new]), len(cand),
                          old.column("__m").to_numpy(zero_copy_only=False), new.num_rows, keep)
 
@@ -346,7 +377,7 @@ class StreamStreamJoinOp(PhysicalOp):
         return (ctx.eviction_watermark(self) + off[1]) * 1000 if off else None
 
     def _update_side(self, ctx, stores, side, si, new, keys, full, cand, chunk_keys, matched, counts,
-                     metrics) -> pa.Table:
+                     metrics, mirrors, where) -> pa.Table:
         """Store new rows, mark matches, evict by the state watermark; return rows to emit with NULLs.
 
         Which new rows Spark 4.3 adds to state (and so counts in num_rows_updated), observed:
@@ -378,7 +409,7 @@ class StreamStreamJoinOp(PhysicalOp):
                     .append_column("__m", pa.array(m_new, pa.bool_())))
             for p in np.unique(parts[store_mask]).tolist():
                 sel = store_mask & (parts == p)
-                js.put_chunk(stores[p], side, rows.filter(pa.array(sel)), ctx.batch_id)
+                js.put_chunk(stores[p], side, rows.filter(pa.array(sel)), ctx.batch_id, mirrors[p])
                 counts[p][si] += int(sel.sum())
             metrics["num_rows_updated"] += int(store_mask.sum())
         # stored rows: matches, semi deletions, eviction
@@ -411,14 +442,30 @@ class StreamStreamJoinOp(PhysicalOp):
                 keep_full &= ~ev
                 changed |= ev
         if changed.any():
-            upd = full.set_column(full.schema.get_field_index("__m"), "__m", pa.array(m_full, pa.bool_()))
+            # only the chunks holding a changed row are rewritten, each from its own rows
             cidx = full.column("__c").to_numpy()
-            for p in np.unique(pcol[changed]).tolist():
-                inp = pcol == p
-                dirty = set(np.unique(cidx[changed & inp]).tolist())
-                js.rewrite(stores[p], side, chunk_keys[p], upd.filter(pa.array(inp & keep_full)).drop_columns(["__p"]),
-                           dirty)
+            mi = full.schema.get_field_index("__m")
+            for p, c in sorted({(int(a), int(b)) for a, b in zip(pcol[changed], cidx[changed])}):
+                first, n = where[p][c]
+                rows = full.slice(first, n).drop_columns(["__c", "__p"])
+                rows = rows.set_column(mi, "__m", pa.array(m_full[first:first + n], pa.bool_()))
+                rows = rows.filter(pa.array(keep_full[first:first + n]))
+                skey, batch_id = chunk_keys[p][c]
+                js.rewrite_chunk(stores[p], side, skey, batch_id, rows, mirrors[p])
         return pa.concat_tables(out)
+
+
+def _take_sorted(table: pa.Table, idx: np.ndarray) -> pa.Table:
+    """table.take(idx) for ascending `idx`, record batch by record batch: O(len(idx) + batches),
+    where a take on a table of many chunks first concatenates every chunk (O(rows))."""
+    batches = table.to_batches()
+    if len(batches) <= 1:
+        return table.take(pa.array(idx, pa.int64()))
+    bounds = np.cumsum([0] + [b.num_rows for b in batches])
+    cut = np.searchsorted(idx, bounds)
+    out = [b.take(pa.array(idx[cut[i]:cut[i + 1]] - bounds[i], pa.int64()))
+           for i, b in enumerate(batches) if cut[i + 1] > cut[i]]
+    return pa.Table.from_batches(out, schema=table.schema) if out else table.schema.empty_table()
 
 
 def _behind_mask(times: pa.Array, sw_us) -> np.ndarray:

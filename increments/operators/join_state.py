@@ -20,6 +20,7 @@ stored rows with their key text, event time and matched flag; the ("#",) row hol
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -62,33 +63,52 @@ def chunk_key(side: str, table: pa.Table, batch_id: int) -> bytes:
     return encode_key(("C", TAGS[side], NO_TIME if mn is None else int(mn), int(batch_id)))
 
 
-def load(store, side: str, schema: pa.Schema) -> tuple[list[tuple[bytes, int]], pa.Table]:
-    """Every chunk of `side`: ([(storage key, batch id)], one table of all their rows + __c chunk index)."""
-    keys, tables = [], []
-    for skey, raw in store.prefix_scan(encode_key(("C", TAGS[side]))):
-        t = chunk_rows(raw)
-        keys.append((skey, decode_key(skey)[3]))
-        tables.append(t.append_column("__c", pa.array([len(keys) - 1] * t.num_rows, pa.int32())))
+#: a side's chunks of one partition as stored: storage key -> (batch id, rows); the operator keeps
+#: it between batches (StreamStreamJoinOp._mirrors) so that a batch reads no chunk it did not change
+Mirror = dict
+
+
+def scan(store, side: str) -> Mirror:
+    """Every chunk of `side` in `store`, decoded."""
+    return {skey: (decode_key(skey)[3], chunk_rows(raw)) for skey, raw in store.prefix_scan(encode_key(("C", TAGS[side])))}
+
+
+def load(store, side: str, schema: pa.Schema, mirror: Mirror | None = None
+         ) -> tuple[list[tuple[bytes, int]], pa.Table, Mirror, list[int]]:
+    """Every chunk of `side`, in storage key order: ([(storage key, batch id)], one table of all
+    their rows + __c chunk index, the mirror (read from the store when None is given), each
+    chunk's first row in the table)."""
+    if mirror is None:
+        mirror = scan(store, side)
+    cs = chunk_schema(schema)
+    items = sorted(mirror.items())
+    keys = [(skey, b) for skey, (b, _) in items]
+    tables = [t if t.schema == cs else t.cast(cs) for _, (_, t) in items]
+    sizes = [t.num_rows for t in tables]
+    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])[:-1].tolist() if sizes else []
     if not tables:
-        return [], chunk_schema(schema).append(pa.field("__c", pa.int32())).empty_table()
-    return keys, pa.concat_tables(tables)
+        return [], cs.append(pa.field("__c", pa.int32())).empty_table(), mirror, []
+    cidx = np.repeat(np.arange(len(tables), dtype=np.int32), sizes)
+    return keys, pa.concat_tables(tables).append_column("__c", pa.array(cidx, pa.int32())), mirror, starts
 
 
-def put_chunk(store, side: str, table: pa.Table, batch_id: int) -> None:
+def put_chunk(store, side: str, table: pa.Table, batch_id: int, mirror: Mirror | None = None) -> None:
     if table.num_rows:
-        store.put(chunk_key(side, table, batch_id), _blob(table))
+        key = chunk_key(side, table, batch_id)
+        store.put(key, _blob(table))
+        if mirror is not None:
+            mirror[key] = (int(batch_id), table)
 
 
-def rewrite(store, side: str, keys: list[tuple[bytes, int]], table: pa.Table, dirty: set[int]) -> None:
-    """Rewrite the chunks in `dirty` from `table` (remaining rows, with __c): delete emptied ones."""
-    if not dirty:
-        return
-    cidx = table.column("__c").to_numpy()
-    for c in sorted(dirty):
-        skey, batch_id = keys[c]
-        rows = table.filter(pa.array(cidx == c)).drop_columns(["__c"])
-        new_key = chunk_key(side, rows, batch_id) if rows.num_rows else None
-        if new_key != skey:
-            store.delete(skey)
-        if rows.num_rows:
-            store.put(new_key, _blob(rows))
+def rewrite_chunk(store, side: str, skey: bytes, batch_id: int, rows: pa.Table, mirror: Mirror | None = None) -> None:
+    """Store chunk `skey`'s remaining `rows` (side columns + __k, __t, __m) under its new key, or
+    delete it when none remain."""
+    new_key = chunk_key(side, rows, batch_id) if rows.num_rows else None
+    if new_key != skey:
+        store.delete(skey)
+        if mirror is not None:
+            mirror.pop(skey, None)
+    if rows.num_rows:
+        store.put(new_key, _blob(rows))
+        if mirror is not None:
+            mirror[new_key] = (int(batch_id), rows)
