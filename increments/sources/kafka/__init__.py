@@ -25,12 +25,15 @@ Contracts:
   AvailableNow latest_offset uses the ends prepare_available_now probed, as Spark does). read()
   does not probe: loss is detected while consuming (end-of-partition before the range's end; out of
   range, or no answer within 1 s, at its start -> probe that partition, then the rule above).
+- read() consumes one partition at a time on two consumers in turn, the next partition assigned
+  ahead on the other one (librdkafka fetches it meanwhile); probes use a third consumer.
 - parse_json right on the value column (ParseJsonOp calls `parse_values_as`): while a batch is
-  read, the values are also parsed as JSON lines on a worker thread, in pieces of about 2 MiB
-  (Arrow binary arrays; the join and the parse hold no GIL), as the next messages are consumed; the result is only handed to ParseJsonOp (`take_parsed`) for the
-  very table read() returned, which checks it and otherwise takes its own exact path. The table
-  read() returns is the same with or without it. Only in the local runner (enable_read_ahead): a
-  Dagster read op stages the raw rows for another process, which parses them itself.
+  read, the values are also parsed as JSON lines on two worker threads, in pieces of about 2 MiB
+  (Arrow binary arrays; the join and the parse hold no GIL), as the next messages are consumed;
+  the result is only handed to ParseJsonOp (`take_parsed`) for the very table read() returned,
+  which checks it and otherwise takes its own exact path. The table read() returns is the same
+  with or without it. Only in the local runner (enable_read_ahead): a Dagster read op stages the
+  raw rows for another process, which parses them itself.
 
 Modules: offsets.py (starting offsets, the broker's ends, planning, the data-loss rule),
 consume.py (read(): consuming a range into an Arrow table), parse.py (the parse while reading),

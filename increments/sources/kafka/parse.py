@@ -1,11 +1,11 @@
 """parse_json on a Kafka source's value column, while it is read (see the package docstring).
 
 ParseJsonOp calls parse_values_as(schema); the local runner calls enable_read_ahead(). read()
-(consume.py) then hands each piece of values (an Arrow binary array of about 2 MiB) to one worker
-thread (_parse_piece: Arrow's binary_join and pyarrow's JSON reader, neither holds the GIL) while
-it consumes the next messages, and keeps the pieces' futures for the table it returned
-(_Parsed). take_parsed hands them over once, only for that very table; ParseJsonOp checks them
-(one row per value) and otherwise takes its own exact path.
+(consume.py) then hands each piece of values (an Arrow binary array of about 2 MiB) to a pool of
+_PARSE_THREADS worker threads (_parse_piece: Arrow's binary_join and pyarrow's JSON reader, neither
+holds the GIL) while it consumes the next messages, and keeps the pieces' futures for the table it
+returned (_Parsed). take_parsed hands them over once, only for that very table; ParseJsonOp checks
+them (one row per value) and otherwise takes its own exact path.
 """
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
+#: parse threads: two, so that once the last messages are consumed the pieces still queued are
+#: parsed on both cores (while consuming, the consumer and librdkafka take about one core)
+_PARSE_THREADS = 2
 
 def _parse_piece(values: pa.Array, options: Any) -> pa.Table | None:
     """One piece of values (an Arrow binary array) joined with newlines by Arrow and parsed by
@@ -51,7 +54,7 @@ class KafkaParse:
 
     def parse_values_as(self, json_schema: pa.Schema) -> None:
         """parse_json(json_schema) reads this source's value column: from now on read() also parses
-        the values on a worker thread while it consumes the next ones (see take_parsed)."""
+        the values on worker threads while it consumes the next ones (see take_parsed)."""
         import pyarrow.json as pajson
         self._parse_schema = json_schema
         self._parse_options = pajson.ParseOptions(explicit_schema=json_schema, unexpected_field_behavior="ignore")
@@ -77,5 +80,5 @@ class KafkaParse:
     def _parse_pool(self):
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="increments-kafka-parse")
+            self._pool = ThreadPoolExecutor(_PARSE_THREADS, thread_name_prefix="increments-kafka-parse")
         return self._pool

@@ -13,7 +13,8 @@ from .parse import _Parsed, KafkaParse
 
 class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
     """read_stream.kafka(...): see the package docstring for the contracts."""
-    _per_query = {"read_metrics": {}, "_consumer": None, "_target": None, "_parse_schema": None,
+    _per_query = {"read_metrics": {}, "_consumer": None, "_reader_pair": None, "_target": None,
+                  "_parse_schema": None,
                   "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None,
                   "_admin": None, "_epochs": None}
 
@@ -38,6 +39,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         self.client_config = {k.replace("_", "."): v for k, v in client_config.items()}
         self.read_metrics: dict[str, Any] = {}
         self._consumer = None
+        self._reader_pair: list | None = None       # read()'s two consumers (_readers)
         self._target: dict | None = None
         self._parse_schema: pa.Schema | None = None   # set by parse_json on the value column
         self._parse_options: Any = None
@@ -57,25 +59,36 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
 
     # -- client ---------------------------------------------------------------------------------
     def _client(self):
+        """The consumer for probes (ends, watermarks); reads use _readers()."""
         if self._consumer is None:
-            from confluent_kafka import Consumer
-            conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
-                    "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
-                    "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5,
-                    # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) once its
-                    # local queue holds queued.min.messages; a reader draining a range then sits idle
-                    # for up to a second (measured: 5x slower reads, at random)
-                    "fetch.queue.backoff.ms": 5}
-            conf.update(self.client_config)
-            self._consumer = Consumer(conf)
+            self._consumer = self._new_consumer()
         return self._consumer
+
+    def _readers(self) -> list:
+        """Two consumers read() uses in turn (consume.py, _read_ranges); never the probe client."""
+        if self._reader_pair is None:
+            self._reader_pair = [self._new_consumer(), self._new_consumer()]
+        return self._reader_pair
+
+    def _new_consumer(self):
+        from confluent_kafka import Consumer
+        conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
+                "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
+                "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5,
+                # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) once its
+                # local queue holds queued.min.messages; a reader draining a range then sits idle
+                # for up to a second (measured: 5x slower reads, at random)
+                "fetch.queue.backoff.ms": 5}
+        conf.update(self.client_config)
+        return Consumer(conf)
 
     def close(self) -> None:
         self._parsed = None
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for c in [self._consumer] + (self._reader_pair or []):
+            if c is not None:
+                c.close()
+        self._consumer = self._reader_pair = None
