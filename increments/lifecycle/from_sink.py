@@ -31,14 +31,17 @@ new version changes the projection, parsing or filter downstream, or adds derive
   rows. When none of those batches' input is retained any more the check cannot run and migrate
   refuses, unless `sink_check=False` (CLI `--no-sink-check`): you then assert that the old query
   wrote its input rows unchanged. The check is a sample: a filter that dropped no row of those
-  batches is not seen.
+  batches is not seen. (The source is opened on the old checkpoint for it and only read; a file
+  source records there, as any read of it does, the facts of a file found changed since listed.)
+The changed query itself may be stateful (an aggregation over the bronze rows): see below.
 
 How (exactly-once): the new checkpoint's source directory (sources/0/: the file source's seen-files
 entries, Kafka's initial.json and topic ids) starts as a copy of the old checkpoint's, and the
-backfill source (SinkBackfillSource) uses the old query's own source offsets: new batch k reads the
-table rows of old batch k (the files its Delta commit added, found by the app transaction (old
-query id, k)) and records old batch k's start and end offsets. Old batches with no new data are
-skipped. So after the backfill the new checkpoint's log ends at exactly the offsets the old query
+backfill source (SinkBackfillSource) uses the old query's own source offsets: each backfill batch
+reads the table rows of one old batch k (the files its Delta commit added, found by the app
+transaction (old query id, k)) and records old batch k's start and end offsets. Old batches with no
+new data are skipped. All of this is fixed when migrate starts (the old log's last committed batch
+L); an old query still running is followed afterwards by the source drains (migrate.py). So after the backfill the new checkpoint's log ends at exactly the offsets the old query
 had committed (Kafka: per-partition offsets; files: the seen-files entry of the last files it read;
 Delta source: the version and index), and the real source continues from there: the rows the old
 query read are not read again, nothing after them is skipped. A redo of a backfill batch reads the
