@@ -24,7 +24,7 @@ def make_migrate_job(spec: Any) -> dg.JobDefinition:
         "to": str, "max_rounds": dg.Field(int, default_value=50),
         "backfill": dg.Field(str, default_value="earliest", description="earliest | from-sink"),
         "sink_check": dg.Field(bool, default_value=True)},
-           description="Backfill the changed query on a new checkpoint, then switch its Delta sink over.")
+        description="Backfill the changed query on a new checkpoint, then switch its Delta sink over.")
     def migrate_op(context) -> dict:
         from increments.checkpoint.metadata import read_metadata
         from increments.lifecycle.migrate import migrate
@@ -48,7 +48,7 @@ def make_migrate_job(spec: Any) -> dg.JobDefinition:
 
     @dg.job(name=f"{spec.key}_migrate", tags=spec.job_tags, executor_def=dg.in_process_executor,
             description=f"Migrate query {spec.name} to a new checkpoint: AvailableNow backfill, then switch-over "
-                        "of its Delta sink (config: to = the new checkpoint).")
+                        "of its Delta sink (config: to = the new checkpoint; backfill = earliest | from-sink).")
     def migrate_job():
         migrate_op.alias("migrate")()
 
