@@ -22,11 +22,16 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import AnalysisException
+from ..functions import window_time_source
 from ..operators.base import PhysicalOp
+from ..operators.join_condition import qualify_sql
 from ..operators.stateless import ParseJsonOp, ScanOp, SqlOp, StaticScanOp, WatermarkOp
 from ..sql import quote_ident, run_sql
 from . import nodes as n
 from . import validate
+from .late_rows import assign_late_rows
+from .pushdown import pushable_conjuncts
+from .watermarks import propagate
 
 
 def register(node_type: type):
@@ -79,9 +84,7 @@ class Compiler:
             validate.validate(node, self.output_mode)
         node = push_filters_below_watermarks(node)
         root = self.build(node)
-        from .watermarks import propagate
         propagate(root)
-        from .late_rows import assign_late_rows
         assign_late_rows(root)
         return CompiledPlan(root, self.sources, self.watermark_delays, self.stateful_ops, self.output_mode, self.warnings,
                             self.scan_filters, prune_scans(root))
@@ -155,7 +158,6 @@ class Compiler:
         src = getattr(below, "source", None)
         if not isinstance(below, n.SourceNode) or getattr(src, "format", None) not in ("json", "csv"):
             return
-        from .pushdown import pushable_conjuncts
         idx = next(i for i, s in enumerate(self.sources) if s is src)
         self.scan_filters.setdefault(idx, []).extend(pushable_conjuncts(node.condition))
 
@@ -180,7 +182,6 @@ def _qualifiers(op: PhysicalOp) -> dict[str, dict[str, str]] | None:
 
 def _qualify(node: n.Node, quals: dict[str, dict[str, str]]) -> n.Node:
     import dataclasses
-    from ..operators.join_condition import qualify_sql
     if isinstance(node, n.Select):
         return dataclasses.replace(node, exprs=tuple(qualify_sql(e, quals, as_select=True) for e in node.exprs))
     if isinstance(node, n.Filter):
@@ -216,7 +217,6 @@ def _derived_event_time_cols(node: n.Node, cols: dict, names: list[str]) -> dict
     """Event-time columns after a stateless stage: kept by name; a plain reference to one or
     F.window_time(<window>) of one, named by with_column or `AS`, is one too (Spark keeps the
     watermark metadata on both)."""
-    from ..functions import window_time_source
     out = {k: v for k, v in cols.items() if k in names}
     pairs = []
     if isinstance(node, n.WithColumn):

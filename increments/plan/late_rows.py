@@ -12,10 +12,10 @@ from typing import Any
 
 from ..errors import AnalysisException
 from ..operators.base import PhysicalOp
+from ..operators.stateless import WatermarkOp
 
 
 def _targets_below(op: PhysicalOp) -> list[Any]:
-    from ..operators.stateless import WatermarkOp
     found: dict[str, Any] = {}
     for x in op.walk():
         t = getattr(x, "late_rows", None) if isinstance(x, WatermarkOp) else None
@@ -35,6 +35,7 @@ def _one(op: PhysicalOp, child: PhysicalOp, what: str) -> Any:
 
 def assign_late_rows(root: PhysicalOp) -> None:
     """Set op.late_targets = {side: target} on every stateful operator that has one."""
+    # not at module level: operators/join.py imports plan/compiler.py, which imports this module
     from ..operators.join import StreamStreamJoinOp
     for op in root.walk():
         if not op.stateful:

@@ -28,6 +28,7 @@ F.window).
 from __future__ import annotations
 
 from ..errors import AnalysisException
+from ..functions import SessionWindowSpec, WindowSpec
 from . import nodes as n
 
 MODES = ("append", "update", "complete")
@@ -87,7 +88,6 @@ def _watermarked_columns(node: n.Node) -> set[str]:
 
 
 def _check_append_aggregation(agg: n.Aggregate) -> None:
-    from ..functions import SessionWindowSpec, WindowSpec
     if any(isinstance(x, (n.Aggregate, n.Join, n.Deduplicate, n.TransformWithState)) for x in agg.child.walk()):
         return   # chained: the event-time column may come from the operator below (the builder checks it)
     marked = _watermarked_columns(agg.child)

@@ -20,6 +20,7 @@ the plan, so the log only needs the global watermarks it already holds.
 from __future__ import annotations
 
 from ..operators.base import PhysicalOp
+from ..operators.stateless import WatermarkOp
 
 
 def _combine(offsets: list[int | None]) -> int | None:
@@ -29,7 +30,6 @@ def _combine(offsets: list[int | None]) -> int | None:
 
 def propagate(root: PhysicalOp) -> None:
     """Set input_watermark_offset_ms on every operator of the tree (post-order)."""
-    from ..operators.stateless import WatermarkOp
 
     def out(op: PhysicalOp) -> int | None:
         ins = [out(c) for c in op.children]
