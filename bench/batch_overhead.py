@@ -1,11 +1,25 @@
-"""Per-batch overhead of the engine: an empty batch and a one-row batch, beside a plain DuckDB
-query over the same one-row Arrow table, measured in this run.
+"""Per-batch overhead of the engine: the whole protocol for an empty and a one-row stateless batch,
+and for a small stateful batch (group_by + count on RocksDB with 2 state partitions), beside a
+plain DuckDB query over a one-row Arrow table measured in the same run.
 
-    .venv/bin/python bench/batch_overhead.py [--batches 200] [--log-url postgresql+psycopg://...]
+    .venv/bin/python bench/batch_overhead.py [--batches 300] [--log-url postgresql+psycopg://...]
 
-Each batch runs the whole protocol (plan with the write-ahead offsets row, read, process with a
-filter + projection, write to the memory sink, commit row), in-process through the five step
-functions, on the embedded SQLite log unless --log-url is given.
+Each batch runs the whole protocol in-process through the five step functions (plan with the
+write-ahead offsets row, read, process, write to the memory sink, commit row) on the embedded
+SQLite log unless --log-url is given. Engine and reference run in alternating rounds; medians.
+
+Stateful "data work" = the time of the operator tree's execute() inside the process step: the
+aggregation's own compute plus its state reads and writes (opening the two partitions' stores at
+N-1, get/put); everything else of the batch (log, fence, state commit of version N, staging,
+progress) is protocol overhead, printed as "above data work".
+
+Per batch, counted in a separate pass (not timed): the statements sent to the log (on PostgreSQL
+each is a round trip: the libpq trace counts ReadyForQuery messages, which includes pings, BEGIN,
+COMMIT and ROLLBACK; on SQLite the statements SQLite runs, BEGIN/COMMIT included), the log's
+durable commits (transactions that wrote a row), and the fsync() calls made from Python (state
+files and their directories; SQLite's own fsync of its WAL is one per durable commit with
+synchronous=FULL). The counters hook the DBAPI connections through the SQLAlchemy pool's connect
+event, so they count the same way whatever code path the engine uses.
 """
 from __future__ import annotations
 
@@ -15,33 +29,194 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
 
 import increments as inc  # noqa: E402
+from increments.checkpoint.log import engine_for, resolve_log_url  # noqa: E402
 from increments.execution import steps  # noqa: E402
 from increments.sql import run_sql  # noqa: E402
 
 
-def engine_batches(n: int, rows_per_batch: int, log_url: str | None) -> list[float]:
-    src = inc.read_stream.memory("id BIGINT, name STRING")
-    w = (src.filter("id >= 0").select("id", "upper(name) AS name").write_stream.format("memory")
-         .query_name(f"bench_{rows_per_batch}_{time.time_ns()}").checkpoint_location(tempfile.mkdtemp()))
-    if log_url:
-        w = w.option("log_url", log_url)
-    rt = w.build()
-    row = [{"id": 1, "name": "x"}] * rows_per_batch
-    times = []
-    for _ in range(n):
-        src.add_data(row)
-        t0 = time.perf_counter()
-        progress = steps.run_one_batch(rt)
-        times.append(time.perf_counter() - t0)
-        assert progress is not None and progress["num_input_rows"] == rows_per_batch
-    rt.close()
-    return times
+# -- counting ---------------------------------------------------------------------------------------
+class LogCounter:
+    """Statements and durable commits of every DBAPI connection an engine opens (see module doc)."""
+
+    _by_engine: dict[int, "LogCounter"] = {}
+
+    @classmethod
+    def of(cls, engine: sa.Engine) -> "LogCounter":
+        """One counter per engine (the three cases share the PostgreSQL engine and its pool)."""
+        c = cls._by_engine.get(id(engine))
+        if c is None:
+            c = cls._by_engine[id(engine)] = cls(engine)
+        return c
+
+    def __init__(self, engine: sa.Engine):
+        self.on = False
+        self.statements = 0
+        self.commits = 0
+        self._pg: list[Any] = []
+        self._trace = None
+        sa.event.listen(engine, "connect", self._connected)
+
+    def _connected(self, dbapi_conn: Any, _rec: Any) -> None:
+        if hasattr(dbapi_conn, "set_trace_callback"):       # sqlite3
+            state = {"txn": False, "wrote": False}
+
+            def cb(stmt: str) -> None:
+                if not self.on:
+                    return
+                s = stmt.lstrip()[:8].upper()
+                self.statements += 1
+                if s.startswith("BEGIN"):
+                    state["txn"], state["wrote"] = True, False
+                elif s.startswith(("COMMIT", "END")):
+                    self.commits += int(state["wrote"])
+                    state["txn"] = False
+                elif s.startswith("ROLLBACK"):
+                    state["txn"] = False
+                elif s.startswith(("INSERT", "UPDATE", "DELETE")):
+                    if state["txn"]:
+                        state["wrote"] = True
+                    else:
+                        self.commits += 1          # autocommit: the statement is its transaction
+            dbapi_conn.set_trace_callback(cb)
+        elif hasattr(dbapi_conn, "pgconn"):                 # psycopg 3: libpq's protocol trace
+            self._pg.append(dbapi_conn)
+            if self._trace is not None:
+                self._start(dbapi_conn)
+
+    def _start(self, conn: Any) -> None:
+        from psycopg import pq
+        conn.pgconn.trace(self._trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
+    def start(self) -> None:
+        self.statements = self.commits = 0
+        self.on = True
+        if self._pg:
+            self._trace = tempfile.TemporaryFile("w+")
+            for c in self._pg:
+                if not c.closed:
+                    self._start(c)
+
+    def stop(self) -> None:
+        self.on = False
+        if self._trace is None:
+            return
+        for c in self._pg:
+            if not c.closed:
+                c.pgconn.untrace()
+        self._trace.seek(0)
+        wrote = False
+        for line in self._trace:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3 or parts[0] != "B":
+                continue
+            if parts[2] == "CommandComplete":
+                tag = parts[3].strip().strip('"') if len(parts) > 3 else ""
+                words = tag.split()
+                if words and words[0] in ("INSERT", "UPDATE", "DELETE") and words[-1] != "0":
+                    wrote = True
+            elif parts[2] == "ReadyForQuery":
+                self.statements += 1
+                status = parts[3].strip() if len(parts) > 3 else "I"
+                if status == "I":
+                    self.commits += int(wrote)
+                    wrote = False
+        self._trace.close()
+        self._trace = None
+
+
+class FsyncCounter:
+    def __init__(self):
+        self.n = 0
+        self._orig = os.fsync
+
+    def __enter__(self):
+        def counted(fd: int) -> None:
+            self.n += 1
+            self._orig(fd)
+        os.fsync = counted
+        return self
+
+    def __exit__(self, *exc):
+        os.fsync = self._orig
+
+
+# -- workloads ---------------------------------------------------------------------------------------
+class Case:
+    """One query with its runtime, a batch of rows to add before each batch, and timers."""
+
+    def __init__(self, kind: str, log_url: str | None, synchronous: str | None = None):
+        chk = tempfile.mkdtemp(prefix="bench-overhead-")
+        url = resolve_log_url(log_url, chk)
+        self.counter = LogCounter.of(engine_for(url))       # before the runtime opens its connections
+        name = f"bench_{kind}_{time.time_ns()}"
+        if kind == "stateful":
+            self.src = inc.read_stream.memory("k STRING, v BIGINT")
+            w = (self.src.group_by("k").count().write_stream.format("memory").output_mode("update")
+                 .option("state_store", "rocksdb").option("state_partitions", 2))
+            self.rows = [{"k": f"k{i % 10}", "v": i} for i in range(100)]
+        else:
+            self.src = inc.read_stream.memory("id BIGINT, name STRING")
+            w = self.src.filter("id >= 0").select("id", "upper(name) AS name").write_stream.format("memory")
+            self.rows = [{"id": 1, "name": "x"}] * (1 if kind == "one_row" else 0)
+        w = w.query_name(name).checkpoint_location(chk)
+        if log_url:
+            w = w.option("log_url", log_url)
+        self.rt = w.build()
+        if synchronous:     # a per-connection setting: the log's own connection (sql_log.LogConnection)
+            self.rt.log.conn.execute(f"PRAGMA synchronous={synchronous}", (), fetch=False)
+        self.work: list[float] = []
+        self.cpu: list[float] = []         # CPU time of the process (all threads) per batch
+        self.commit_ms: list[float] = []
+        root = self.rt.plan.root
+        execute = root.execute
+
+        def timed(ctx: Any) -> Any:        # the data work: operator compute + state reads/writes
+            t0 = time.perf_counter()
+            try:
+                return execute(ctx)
+            finally:
+                self.work.append(time.perf_counter() - t0)
+        root.execute = timed
+        commit_all = self.rt.state.commit_all
+
+        def timed_commit(batch_id: int) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return commit_all(batch_id)
+            finally:
+                self.commit_ms.append(time.perf_counter() - t0)
+        self.rt.state.commit_all = timed_commit
+
+    def batches(self, n: int) -> list[float]:
+        times = []
+        for _ in range(n):
+            self.src.add_data(self.rows)
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            progress = steps.run_one_batch(self.rt)
+            times.append(time.perf_counter() - t0)
+            self.cpu.append(time.process_time() - c0)
+            assert progress is not None and progress["num_input_rows"] == len(self.rows)
+        return times
+
+    def count(self, n: int) -> dict[str, float]:
+        self.counter.start()
+        with FsyncCounter() as f:
+            self.batches(n)
+        self.counter.stop()
+        return {"statements": self.counter.statements / n, "commits": self.counter.commits / n, "fsyncs": f.n / n}
+
+    def close(self) -> None:
+        self.rt.close()
 
 
 def duckdb_reference(n: int) -> list[float]:
@@ -55,19 +230,72 @@ def duckdb_reference(n: int) -> list[float]:
     return times
 
 
+def alternate(n: int, rounds: int, runs: dict[str, Callable[[int], list[float]]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {k: [] for k in runs}
+    per = max(1, n // rounds)
+    for _ in range(rounds):
+        for k, run in runs.items():
+            out[k] += run(per)
+    return out
+
+
+def ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--count-batches", type=int, default=50)
     ap.add_argument("--log-url", default=None)
+    ap.add_argument("--sqlite-synchronous", default=None, choices=["NORMAL", "FULL"],
+                    help="override the SQLite log's synchronous setting (NORMAL: commits not fsynced, not "
+                         "durable against a power loss; only to measure what durability costs)")
     a = ap.parse_args()
-    ref = statistics.median(duckdb_reference(a.batches))
-    empty = statistics.median(engine_batches(a.batches, 0, a.log_url))
-    one = statistics.median(engine_batches(a.batches, 1, a.log_url))
-    backend = "PostgreSQL" if a.log_url else "SQLite (embedded)"
-    print(f"per-batch overhead, median of {a.batches} batches, log on {backend}")
-    print(f"  plain DuckDB query over the same 1-row Arrow table: {ref * 1000:8.3f} ms")
-    print(f"  engine, empty batch (whole protocol):              {empty * 1000:8.3f} ms  ({empty / ref:6.1f}x DuckDB)")
-    print(f"  engine, one-row batch (whole protocol):            {one * 1000:8.3f} ms  ({one / ref:6.1f}x DuckDB)")
+    cases = {k: Case(k, a.log_url, a.sqlite_synchronous) for k in ("empty", "one_row", "stateful")}
+    for c in cases.values():
+        c.batches(20)                      # warm-up: connections, DuckDB, RocksDB working copies
+        c.work.clear()
+        c.cpu.clear()
+        c.commit_ms.clear()
+    res = alternate(a.batches, a.rounds, {"duckdb": duckdb_reference,
+                                          **{k: c.batches for k, c in cases.items()}})
+    counts = {k: c.count(a.count_batches) for k, c in cases.items()}
+    st = cases["stateful"]
+    work = st.work[:len(res["stateful"])]
+    above = [t - w for t, w in zip(res["stateful"], work)]
+    backend = "PostgreSQL" if a.log_url and a.log_url.startswith("postgres") else "SQLite (embedded)"
+    if backend.startswith("SQLite"):
+        mode = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+        conn = getattr(cases["empty"].rt.log, "conn", None)
+        if conn is not None:       # the log's own connection (where an override was set)
+            value = conn.execute("PRAGMA synchronous", ())[0]
+        else:                      # releases before the log had its own connection
+            with cases["empty"].rt.log.engine.connect() as c:
+                value = c.exec_driver_sql("PRAGMA synchronous").scalar()
+        backend += f", synchronous={mode.get(value, '?')}"
+    for c in cases.values():
+        c.close()
+    ref = ms(res["duckdb"])
+    print(f"per-batch overhead, log on {backend}; medians of {a.batches} batches per case in {a.rounds} "
+          "rounds alternating with the reference")
+    print(f"  reference: plain DuckDB query over a 1-row Arrow table          {ref:8.3f} ms")
+    for k, label in (("empty", "empty stateless batch (whole protocol)"),
+                     ("one_row", "one-row stateless batch (filter + select)")):
+        t = ms(res[k])
+        print(f"  {label:<60}{t:8.3f} ms  ({t / ref:5.2f}x the reference; CPU {ms(cases[k].cpu[:len(res[k])]):.3f} ms)")
+    t, w, ab = ms(res["stateful"]), ms(work), ms(above)
+    print(f"  {'stateful batch: group_by(k).count(), rocksdb, 2 partitions,':<60}{t:8.3f} ms  ({t / ref:5.2f}x the "
+          f"reference; CPU {ms(st.cpu[:len(res['stateful'])]):.3f} ms)")
+    print(f"    100 rows over 10 keys per batch (both partitions touched)")
+    print(f"    data work (operator compute + state reads/writes, in process) {w:8.3f} ms")
+    print(f"    above data work (log, fence, state commit, staging, progress) {ab:8.3f} ms")
+    print(f"    of which the state commit of both partitions (commit_all)      {ms(st.commit_ms):8.3f} ms")
+    print(f"  per batch, counted over {a.count_batches} more batches (not timed):")
+    print(f"    {'case':<12}{'log statements':>16}{'log commits':>13}{'fsync() from Python':>22}")
+    for k, c in counts.items():
+        print(f"    {k:<12}{c['statements']:>16.1f}{c['commits']:>13.1f}{c['fsyncs']:>22.1f}")
 
 
 if __name__ == "__main__":
