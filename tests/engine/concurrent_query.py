@@ -1,7 +1,8 @@
 """A stateless file query whose sink is slow, run twice at once by test_concurrent_runners.
 
 Usage: python concurrent_query.py <input_dir> <checkpoint> <out_dir> <log_url> [stateful]
-The sink writes one file per batch id (idempotent) and appends a line per call to calls.log.
+The sink writes one file per batch id (crashkit's idempotent writer) and appends a line per call
+to calls.log.
 With "stateful", the query is a running count per id % 3 (complete mode, RocksDB state, cache
 directory under the process's own TMPDIR) and each batch file holds the counts.
 Once imported, the script writes <out_dir>/ready.<pid> and waits for <out_dir>/go, so that both
@@ -14,7 +15,9 @@ import os
 import sys
 import time
 
-import increments as inc
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import crashkit  # noqa: E402
+import increments as inc  # noqa: E402
 
 
 def main() -> None:
@@ -28,14 +31,14 @@ def main() -> None:
             sys.exit("concurrent_query.py: no go signal within 120 s")
         time.sleep(0.01)
 
+    write = crashkit.batch_file_writer(
+        out_dir, lambda t: json.dumps(t.to_pylist() if stateful else t.column("id").to_pylist()), ".json")
+
     def sink(table, batch_id):
         time.sleep(0.4)
         with open(os.path.join(out_dir, "calls.log"), "a") as f:
             f.write(f"{os.getpid()} {batch_id}\n")
-        tmp = os.path.join(out_dir, f".{batch_id}.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(table.to_pylist() if stateful else table.column("id").to_pylist(), f)
-        os.replace(tmp, os.path.join(out_dir, f"{batch_id}.json"))
+        write(table, batch_id)
 
     frame = inc.read_stream.files(input_dir, "json", "id BIGINT", max_files_per_trigger=1).select("id")
     w = frame.write_stream

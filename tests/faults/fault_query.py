@@ -11,33 +11,21 @@ import json
 import os
 import sys
 
-_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.dirname(_TESTS)]
-sys.path.append(_TESTS)
-
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import crashkit  # noqa: E402
 import increments as inc  # noqa: E402
-from crashpoints import CrashAt  # noqa: E402
 from increments import functions as F  # noqa: E402
 
 
-def foreach_files(out_dir: str):
-    """The documented foreach_batch pattern: one file per batch id, replaced atomically."""
-    os.makedirs(out_dir, exist_ok=True)
-
-    def write(table, batch_id):
-        rows = [{"start": r["window"]["start"].isoformat(), "campaign_id": r["campaign_id"], "count": r["count"]}
-                for r in table.to_pylist()]
-        tmp = os.path.join(out_dir, f".{batch_id}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(rows, f)
-        os.replace(tmp, os.path.join(out_dir, f"{batch_id}.json"))
-    return write
+def _rows(table) -> str:
+    return json.dumps([{"start": r["window"]["start"].isoformat(), "campaign_id": r["campaign_id"], "count": r["count"]}
+                       for r in table.to_pylist()])
 
 
 def main() -> None:
     c = json.loads(sys.argv[1])
     if c.get("crash_step"):
-        inc.streams.add_listener(CrashAt(int(c["crash_batch"]), c["crash_step"]))
+        crashkit.crash_after([c["crash_batch"], c["crash_step"]])
     counts = (inc.read_stream.files(c["input"], "json", "campaign_id STRING, event_time TIMESTAMP",
                                     max_files_per_trigger=1)
               .with_watermark("event_time", "5 minutes")
@@ -49,7 +37,7 @@ def main() -> None:
         w = w.option("log_url", c["log_url"])
     sink = c["sink"]
     if sink == "foreach_batch":
-        q = w.foreach_batch(foreach_files(c["target"])).start()
+        q = w.foreach_batch(crashkit.batch_file_writer(c["target"], _rows, ".json")).start()
     elif sink == "postgres":
         q = w.format("postgres").option("url", c["pg_url"]).option("table", c["target"]).start()
     else:

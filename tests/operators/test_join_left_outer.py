@@ -58,7 +58,7 @@ def test_sigkill_then_restart_gives_the_same_batches(tmp_path, state_store, cras
     import subprocess
     import sys
     scenario_sources(tmp_path)  # writes the input files
-    script = os.path.join(os.path.dirname(__file__), "join_crash_job.py")
+    script = os.path.join(os.path.dirname(__file__), "join_crash_query.py")
     args = [sys.executable, script, str(tmp_path / "imps"), str(tmp_path / "clicks"), str(tmp_path / "chk"),
             str(tmp_path / "out"), state_store]
     first = subprocess.run(args + [str(crash[0]), crash[1]], cwd=os.getcwd(), capture_output=True, text=True)

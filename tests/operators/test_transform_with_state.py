@@ -344,7 +344,7 @@ def test_arrow_and_tuple_outputs(tmp_path):
 
 
 # --- crash and replay --------------------------------------------------------------------------------
-JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tws_crash_job.py")
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tws_crash_query.py")
 CLICKS = [
     [("u1", 0, "home"), ("u2", 1, "home"), ("u1", 4, "item")],   # timers u1@24, u2@21
     [("u1", 8, "cart"), ("u3", 9, "home")],                     # u1 -> @28, u3@29

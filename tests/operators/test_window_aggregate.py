@@ -137,7 +137,7 @@ def test_restart_with_changed_aggregation_is_refused(tmp_path, store):
 
 
 def _job(src, chk, out, store, *crash):
-    job = os.path.join(os.path.dirname(__file__), "agg_crash_job.py")
+    job = os.path.join(os.path.dirname(__file__), "agg_crash_query.py")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, job, src, chk, out, store, *map(str, crash)], env=env,
                           capture_output=True, text=True, timeout=300)

@@ -11,9 +11,8 @@ import json
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(os.path.dirname(_HERE)), os.path.dirname(_HERE)]
-
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import crashkit  # noqa: E402
 import increments as inc  # noqa: E402
 
 NAME = "compacted"
@@ -55,9 +54,7 @@ def main() -> None:
     root = sys.argv[1]
     if len(sys.argv) > 2 and sys.argv[2] != "-":
         inc.streams.add_listener(_Pause(root, int(sys.argv[2])))
-    if len(sys.argv) > 3:
-        from crashpoints import CrashAt
-        inc.streams.add_listener(CrashAt(int(sys.argv[3]), sys.argv[4]))
+    crashkit.crash_after(sys.argv[3:5])
     q = factory(root)().start()
     q.await_termination()
 

@@ -1,16 +1,16 @@
-"""Test-only job: a transform_with_state query (event-time timers, value/list/map state) over a
-file source into a parquet sink, drained with AvailableNow.
+"""A transform_with_state query (event-time timers, value/list/map state) over a file source into
+a parquet sink, drained with AvailableNow, run as a subprocess by test_transform_with_state.
 
-usage: python tws_crash_job.py SRC OUT CHECKPOINT STATE_STORE
+usage: python tws_crash_query.py SRC OUT CHECKPOINT STATE_STORE
 env CRASH_AT="<batch id>:<step>" SIGKILLs this process right after that protocol step
-(plan, read, process, write, commit) through a listener's on_batch_step.
+(plan, read, process, write, commit) of that batch (crashkit).
 """
-import datetime as dt
 import os
-import signal
 import sys
 
-import increments as inc
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import crashkit  # noqa: E402
+import increments as inc  # noqa: E402
 
 GAP_MS = 20_000
 
@@ -51,19 +51,8 @@ class Sessions(inc.StatefulProcessor):
 OUTPUT = "user_id STRING, kind STRING, start_ms BIGINT, end_ms BIGINT, clicks BIGINT, detail STRING"
 
 
-class Crash:
-    def __init__(self, spec):
-        b, self.step = spec.split(":")
-        self.batch = int(b)
-
-    def on_batch_step(self, query_name, batch_id, step):
-        if batch_id == self.batch and step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 def main(src, out, chk, store):
-    if os.environ.get("CRASH_AT"):
-        inc.streams.add_listener(Crash(os.environ["CRASH_AT"]))
+    crashkit.crash_after_env("CRASH_AT")
     clicks = inc.read_stream.files(src, "json", "user_id STRING, event_time TIMESTAMP, page STRING",
                                    max_files_per_trigger=1)
     q = (clicks.with_watermark("event_time", "5 seconds").group_by("user_id")
