@@ -1,7 +1,7 @@
-"""Fixtures of the fault suite (helpers live in faultkit.py)."""
+"""Fixtures of the fault suite (helpers live in fault_testutil.py)."""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from faultkit import fault_env  # noqa: E402,F401
+from fault_testutil import fault_env  # noqa: E402,F401

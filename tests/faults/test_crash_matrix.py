@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from faultkit import run_query, sink_rows, upload_dir
+from fault_testutil import run_query, sink_rows, upload_dir
 
 STEPS = ["plan", "read", "process", "write", "commit"]
 SINKS = ["delta", "postgres", "parquet", "foreach_batch"]

@@ -7,7 +7,7 @@ import pytest
 import increments as inc
 from increments import functions as F
 
-from faultkit import write_clicks
+from fault_testutil import write_clicks
 
 
 def _query(inp, chk, build, **opts):

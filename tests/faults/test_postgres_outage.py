@@ -17,7 +17,7 @@ import pytest
 import increments as inc
 from increments import functions as F
 
-from faultkit import sink_rows, write_clicks
+from fault_testutil import sink_rows, write_clicks
 
 CLUSTER = (sorted(os.listdir("/etc/postgresql"))[-1] if os.path.isdir("/etc/postgresql") else None)
 

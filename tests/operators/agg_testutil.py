@@ -7,7 +7,7 @@ import datetime as dt
 from typing import Any, Callable
 
 import increments as inc
-from jsonl_batches import write_files  # noqa: F401  (re-exported to the tests)
+from jsonl_testutil import write_files  # noqa: F401  (re-exported to the tests)
 
 SCHEMA = "id STRING, ts TIMESTAMP, v BIGINT"
 STORES = ("rocksdb", "memory")

@@ -8,7 +8,7 @@ import uuid
 
 import increments as inc
 from increments import functions as F
-from jsonl_batches import write_files
+from jsonl_testutil import write_files
 
 from chain_scenarios import COND, SCENARIOS
 

@@ -22,7 +22,7 @@ import json
 import uuid
 
 import increments as inc
-from jsonl_batches import write_files  # noqa: F401  (re-exported to the tests)
+from jsonl_testutil import write_files  # noqa: F401  (re-exported to the tests)
 
 COND = "c.ad_id = i.ad_id AND c.click_time BETWEEN i.imp_time AND i.imp_time + INTERVAL 1 HOUR"
 IMP_SCHEMA = "imp_id STRING, ad_id BIGINT, imp_time TIMESTAMP"

@@ -124,10 +124,10 @@ def test_sigkill_after_process_then_redo_writes_late_rows_once(tmp_path):
     """The process step wrote batch 2's late rows; the process is SIGKILLed before commits[2]; the
     restart redoes batch 2 (same rows dropped) and the app transaction keeps them from being written
     twice."""
-    from jsonl_batches import write_files
+    from jsonl_testutil import write_files
     src = write_files(str(tmp_path / "in"), DL)
     chk, dlq, out = str(tmp_path / "chk"), str(tmp_path / "late"), str(tmp_path / "out")
-    job = [sys.executable, os.path.join(HERE, "late_rows_crash_job.py"), src, chk, dlq, out]
+    job = [sys.executable, os.path.join(HERE, "late_rows_crash_query.py"), src, chk, dlq, out]
     killed = subprocess.run(job + ["2", "process"], capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr
     dt = DeltaTable(dlq)
@@ -179,7 +179,7 @@ def test_partitioned_process_step_writes_each_partition_once(tmp_path):
     import uuid
 
     from increments.execution import partitioned, steps
-    from jsonl_batches import write_files
+    from jsonl_testutil import write_files
     src = write_files(str(tmp_path / "in"), DL)
     dlq = str(tmp_path / "late")
     w = (inc.read_stream.files(src, "json", "id STRING, ts TIMESTAMP, v BIGINT", max_files_per_trigger=1)

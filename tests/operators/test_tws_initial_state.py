@@ -16,7 +16,7 @@ import pytest
 
 import increments as inc
 from increments.errors import AnalysisException
-from jsonl_batches import write_files
+from jsonl_testutil import write_files
 
 FILES = [["a", "b"], ["a", "c"], ["z"]]
 INIT = [("a", 10), ("c", 100), ("c", 5), ("z", 7)]

@@ -14,7 +14,7 @@ from increments import functions as F
 from increments.api.frame import StreamFrame
 from increments.api.reader import as_static_node
 from increments.errors import AnalysisException
-from jsonl_batches import write_files
+from jsonl_testutil import write_files
 
 from chain_spark_expected import EXPECTED
 from chain_testutil import norm, sources

@@ -15,7 +15,7 @@ PG_ADMIN_URL = os.environ.get("INCREMENTS_TEST_PG", "postgresql+psycopg://postgr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-from orch_util import ROWS_PER_FILE, write_files  # noqa: E402
+from orch_testutil import ROWS_PER_FILE, write_files  # noqa: E402
 
 
 def _create_db(prefix: str) -> tuple[str, str]:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import dagster as dg
 
-from orch_util import ROWS_PER_FILE, write_files
+from orch_testutil import ROWS_PER_FILE, write_files
 
 import increments as inc
 from orchestration import build_definitions

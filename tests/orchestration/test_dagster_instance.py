@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pytest
 import sqlalchemy as sa
 
-from orch_util import ROWS_PER_FILE, write_files
+from orch_testutil import ROWS_PER_FILE, write_files
 
 pytestmark = pytest.mark.dagster
 

@@ -8,7 +8,7 @@ import sys
 
 import dagster as dg
 
-from orch_util import ROWS_PER_FILE, write_files
+from orch_testutil import ROWS_PER_FILE, write_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

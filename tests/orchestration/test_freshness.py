@@ -10,7 +10,7 @@ import os
 import dagster as dg
 
 import increments as inc
-from orch_util import write_files
+from orch_testutil import write_files
 from orchestration import build_definitions
 from orchestration import freshness
 
