@@ -21,8 +21,9 @@ a busy machine slows all of them alike):
              batch per --batch-rows offsets: the whole protocol of every batch (plan with the
              broker probe, write-ahead offsets, read, parse, stage, sink, commit) plus the final
              empty plan that ends available_now and the query's start/stop.
-Prints the median (and best) rows/s of each and the ratios of the medians to the reference, and
-the query's per-batch durations (median over rounds) from its progress reports.
+Prints the median (and best) rows/s of each, the median CPU seconds of the process (every thread,
+librdkafka's included: steadier than wall time on a shared machine) and the ratios of the medians
+to the reference, and the query's per-batch durations (median over rounds) from its progress reports.
 
 usage: python bench/kafka_read.py [--rows 500000] [--partitions 4] [--batch-rows 250000] [--repeat 3]
 """
@@ -144,6 +145,20 @@ def query_read_parse(bootstrap: str, topic: str, batch_rows: int) -> tuple[float
     return seen[0] / dt, durations
 
 
+def _cpu() -> float:
+    import resource
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def timed(cpu: list, fn, *args):
+    """fn(*args), appending the process's CPU seconds it took (every thread: librdkafka's too) to cpu."""
+    c0 = _cpu()
+    out = fn(*args)
+    cpu.append(_cpu() - c0)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=500_000)
@@ -163,14 +178,15 @@ def main() -> None:
         runs: dict[str, list[float]] = {"after": [], "worker": [], "raw": [], "source": [], "query": []}
         qdur: list[dict[str, float]] = []
         query_read_parse(bootstrap, topic, a.batch_rows)   # warm-up: imports, DuckDB, the broker's caches
+        cpu: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(a.repeat):
-            runs["after"].append(consume_parse(bootstrap, topic, a.partitions, a.rows, "after"))
-            rate, dur = query_read_parse(bootstrap, topic, a.batch_rows)
+            runs["after"].append(timed(cpu["after"], consume_parse, bootstrap, topic, a.partitions, a.rows, "after"))
+            rate, dur = timed(cpu["query"], query_read_parse, bootstrap, topic, a.batch_rows)
             runs["query"].append(rate)
             qdur.append(dur)
-            runs["worker"].append(consume_parse(bootstrap, topic, a.partitions, a.rows, "worker"))
-            runs["raw"].append(consume_parse(bootstrap, topic, a.partitions, a.rows, None))
-            runs["source"].append(source_read(bootstrap, topic))
+            runs["worker"].append(timed(cpu["worker"], consume_parse, bootstrap, topic, a.partitions, a.rows, "worker"))
+            runs["raw"].append(timed(cpu["raw"], consume_parse, bootstrap, topic, a.partitions, a.rows, None))
+            runs["source"].append(timed(cpu["source"], source_read, bootstrap, topic))
         med = {k: statistics.median(v) for k, v in runs.items()}
         ref_key = max(("after", "worker"), key=lambda k: med[k])
         ref = med[ref_key]
@@ -178,10 +194,11 @@ def main() -> None:
                   "worker": "consume(500) + pyarrow.json on a worker",
                   "raw": "consume(500) alone, no parse", "source": "KafkaSource.read -> Arrow, no parse",
                   "query": "query read + parse_json (whole protocol)"}
-        print(f"{'':44s} {'median rows/s':>14s} {'best rows/s':>12s}   ratio of medians to the reference")
+        print(f"{'':44s} {'median rows/s':>14s} {'best rows/s':>12s} {'CPU s':>6s}   ratio of medians to the reference")
         for k in ("after", "worker", "raw", "source", "query"):
             mark = "   <- reference (faster consume + parse)" if k == ref_key else ""
-            print(f"{labels[k]:44s} {med[k]:14,.0f} {max(runs[k]):12,.0f}   {med[k] / ref:.2f}{mark}")
+            print(f"{labels[k]:44s} {med[k]:14,.0f} {max(runs[k]):12,.0f} {statistics.median(cpu[k]):6.2f}   "
+                  f"{med[k] / ref:.2f}{mark}")
         keys = [k for k in ("wall", "trigger_execution", "latest_offset", "wal_commit", "get_batch", "add_batch",
                             "commit_offsets") if any(k in d for d in qdur)]
         print("query durations, ms summed over its batches (median of rounds): " +
