@@ -47,15 +47,16 @@ SCHEMA = "id BIGINT, user_id STRING, campaign_id STRING, amount DOUBLE, event_ti
 PIECE_BYTES = 2 << 20
 
 
-def _consumer(bootstrap: str):
+def _consumer(bootstrap: str, fetch_wait_ms: int = 5):
     from confluent_kafka import Consumer
     return Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                      "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                     "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5,
+                     "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": fetch_wait_ms,
                      "fetch.queue.backoff.ms": 5})   # librdkafka's 1 s default stalls reads at random
 
 
-def consume_parse(bootstrap: str, topic: str, partitions: int, rows: int, parse: str | None) -> float:
+def consume_parse(bootstrap: str, topic: str, partitions: int, rows: int, parse: str | None,
+                  fetch_wait_ms: int = 5, chunk: int = 500) -> float:
     """The reference loop: parse None (consume only), "after" (one multithreaded read_json of all
     values once consumed) or "worker" (pieces of PIECE_BYTES parsed on a worker while consuming)."""
     import pyarrow as pa
@@ -74,7 +75,7 @@ def consume_parse(bootstrap: str, topic: str, partitions: int, rows: int, parse:
     if parse == "worker":
         from concurrent.futures import ThreadPoolExecutor
         pool, futures = ThreadPoolExecutor(1), []
-    c = _consumer(bootstrap)
+    c = _consumer(bootstrap, fetch_wait_ms)
     t0 = time.perf_counter()
     values: list = []
     n = pending = 0
@@ -83,7 +84,7 @@ def consume_parse(bootstrap: str, topic: str, partitions: int, rows: int, parse:
         got = 0
         want = rows // partitions + (1 if p < rows % partitions else 0)
         while got < want:
-            msgs = c.consume(num_messages=min(500, want - got), timeout=1.0)
+            msgs = c.consume(num_messages=min(chunk, want - got), timeout=1.0)
             vals = [m.value() for m in msgs if m.error() is None]
             got += len(vals)
             if parse is not None:
@@ -107,6 +108,12 @@ def consume_parse(bootstrap: str, topic: str, partitions: int, rows: int, parse:
         pool.shutdown()
     assert parse is None or parsed.num_rows == n == rows, (parse, n, rows)
     return n / dt
+
+
+def raw_consume(bootstrap: str, topic: str, partitions: int, rows: int, fetch_wait_ms: int = 50,
+                chunk: int = 100_000) -> float:
+    """The bare consume loop alone (no parse), rows/s (hourly_clicks.py --kafka's reference)."""
+    return consume_parse(bootstrap, topic, partitions, rows, None, fetch_wait_ms, chunk)
 
 
 def source_read(bootstrap: str, topic: str) -> float:
