@@ -29,7 +29,10 @@ Reads: a local file is read in place; an object is fetched into a private local 
 many JSON files is copied, in order, into one such file and read in one scan (a tiny file costs a
 fraction of a scan of its own); such batches are not read ahead file by file. Smaller batches
 are read ahead by the local runner (sources/prefetch.py): an object's prefetched rows are used
-only if the object read had the size and etag its seen-files entry recorded. A malformed
+only if the object read had the size and etag its seen-files entry recorded. The local runner also
+writes the next batch's seen-files entry ahead, while the current batch runs (an orphan entry,
+adopted by the next plan: see _write_entry_ahead), and hands the consuming operator's
+pre-computation to the read-ahead (prepare_rows_with). A malformed
 file fails the batch naming the file (its URL) and line; a file deleted after it was planned fails
 with DataLossError unless fail_on_data_loss=False, which skips it, counts it and reports it.
 """
@@ -67,7 +70,7 @@ MULTI_FILE_SCAN_MIN = 8
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
-                  "_prepare": None}
+                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
@@ -99,6 +102,8 @@ class FileSource(Source):
         self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
         self._prepare: Any = None             # prepare_rows_with: applied to rows decoded ahead
+        self._entry_pool: Any = None          # the local runner's writer of the next seen-files entry
+        self._entry_ahead: tuple[int, Any] | None = None   # (entry n, the future of its write)
         self._known: dict[str, tuple] = {}    # key -> (size, etag) as listed, for the read-ahead
         #: entry n -> the facts of its files that its read found changed since listed ({} = none), as
         #: recorded in sources/<i>/<n>.read.json by this runtime (file_changes.py)
@@ -217,12 +222,16 @@ class FileSource(Source):
             upcoming = within_bytes(listed[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
         if not new:
             return start
-        entry = self._log.write(start + 1, new)          # create-only; an existing entry is adopted
+        entry = self._entry_written_ahead(start + 1, new)
+        if entry is None:
+            entry = self._log.write(start + 1, new)      # create-only; an existing entry is adopted
         last = self._log.last(start + 1, self._rel)      # (an adopted entry of version 1 has no "last")
         # what the next plans may take from this listing: the names after the entry's last (an
         # adopted entry may end before or after this plan's own first m files)
         rest = [o for o in listed if o.name > last] if limited and m else []
         self._listed = (start + 1, last, rest) if rest else None
+        if rest and (len(rest) >= m or self._target is not None):
+            self._write_entry_ahead(start + 2, rest[:m])
         # overlap decoding this batch's files (first) and the next batches' with the work between
         # plan and their read steps (sources/prefetch.py)
         # (a batch of many JSON files is read in one scan instead: not file by file ahead)
@@ -352,6 +361,33 @@ class FileSource(Source):
             self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES, stat=self._fingerprint, expected=self._listed_as)
         self._ahead_columns = columns if self.reads_columns else None
 
+    def _write_entry_ahead(self, n: int, files: list[ObjectInfo]) -> None:
+        """The local runner (read-ahead on) with a fixed max_files_per_trigger and a backlog: write
+        seen-files entry n -- the files the next plan takes from this listing -- on a background
+        thread while batch n-1 runs, so that its durable write is off the batch's path. Safe by
+        the seen-files recovery rule: an entry without offsets[N] is an orphan that the next plan
+        adopts as it stands (seen_files.py), exactly as after a crash between the two writes."""
+        if self._read_ahead is None or getattr(self, "auto_batch", None) is not None:
+            return
+        if self._entry_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._entry_pool = ThreadPoolExecutor(1, thread_name_prefix="increments-seen-files")
+        log_ = self._log
+        self._entry_ahead = (n, self._entry_pool.submit(lambda: log_.write(n, files)))
+
+    def _entry_written_ahead(self, n: int, files: list[ObjectInfo]) -> dict | None:
+        """Entry n if _write_entry_ahead wrote (or adopted) it, durably, with exactly `files`;
+        None: the plan writes it itself (create-only, adopting whatever is there)."""
+        ahead, self._entry_ahead = self._entry_ahead, None
+        if ahead is None or ahead[0] != n:
+            return None
+        try:
+            entry = ahead[1].result()      # the write is durable (fsynced) before the plan goes on
+        except Exception:  # noqa: BLE001 - the plan's own write adopts or fails naming the entry
+            return None
+        names = [_key(f) for f in entry["files"]]
+        return entry if names == [o.name for o in files] else None
+
     def prepare_rows_with(self, prepare: Any) -> None:
         """Apply `prepare(table)` to the rows of every file decoded ahead, on the read-ahead
         thread (the local runner passes the consuming operator's own pre-computation, see
@@ -368,6 +404,9 @@ class FileSource(Source):
         return table
 
     def close(self) -> None:
+        if self._entry_pool is not None:
+            self._entry_pool.shutdown(wait=True)
+            self._entry_pool, self._entry_ahead = None, None
         if self._read_ahead is not None:
             self._read_ahead.close()
             self._read_ahead = None

@@ -221,3 +221,22 @@ def test_aggregation_partials_prepared_while_reading_ahead_give_the_same_output(
     assert op2.prepared_used == 0
     assert prepared == computed and counts == counts2
     assert sum(len(rows) for _, rows in prepared) > 0
+
+
+def test_the_next_seen_files_entry_is_written_ahead_and_adopted_by_its_plan(tmp_path):
+    """With read-ahead (the local runner) and a backlog, plan N also writes entry N+1 in the
+    background; plan N+1 waits for that durable write and takes exactly those files."""
+    d, src = _source(tmp_path, 3)
+    entries = tmp_path / "chk" / "sources" / "0"
+    assert src.latest_offset(-1) == 0
+    src._entry_ahead[1].result(30)
+    assert sorted(os.listdir(entries)) == ["0.json", "1.json"]        # entry 1 written ahead
+    ahead = json.loads((entries / "1.json").read_text())
+    assert [f["name"] for f in ahead["files"]] == ["f1.json"]
+    assert src.latest_offset(0) == 1 and src.files_for(0, 1) == ["f1.json"]
+    assert json.loads((entries / "1.json").read_text()) == ahead        # adopted as written
+    assert _ids(src.read(0, 1)) == ["u1-0", "u1-1", "u1-2"]
+    assert src.latest_offset(1) == 2 and src.files_for(1, 2) == ["f2.json"]
+    assert src._entry_ahead is None                                     # nothing left to write ahead
+    assert src.latest_offset(2) == 2
+    src.close()

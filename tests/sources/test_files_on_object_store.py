@@ -286,6 +286,9 @@ def test_read_ahead_of_objects_is_used_and_dropped_when_the_object_changed(s3_bu
         inp.write_bytes(f"f{k}.json", _json([k]))
     src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", max_files_per_trigger=1)
     src.enable_read_ahead()
+    # the next plan lists again and writes its own entry (no entry written ahead: with one, entry 1
+    # records f1 as the first listing saw it, and the rows decoded ahead at that etag are used)
+    src._write_entry_ahead = lambda n, files: None
     taken = []
     real_take = src._read_ahead.take
 
