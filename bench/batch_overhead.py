@@ -13,6 +13,10 @@ aggregation's own compute plus its state reads and writes (opening the two parti
 N-1, get/put); everything else of the batch (log, fence, state commit of version N, staging,
 progress) is protocol overhead, printed as "above data work".
 
+On the SQLite log the run also times the durable floor (class DurableFloor): the writes the
+protocol must make durable, done alone on the same disk (the log's two commits; plus, stateful,
+two changelog files side by side), and prints what the engine spends above it.
+
 Per batch, counted in a separate pass (not timed): the statements sent to the log (on PostgreSQL
 each is a round trip: the libpq trace counts ReadyForQuery messages, which includes pings, BEGIN,
 COMMIT and ROLLBACK; on SQLite the statements SQLite runs, BEGIN/COMMIT included), the log's
@@ -230,6 +234,53 @@ def duckdb_reference(n: int) -> list[float]:
     return times
 
 
+class DurableFloor:
+    """What the disk alone takes for the durable writes a batch must make, measured beside the
+    engine: the log's two commits (two autocommit INSERTs into a scratch SQLite WAL file with
+    synchronous=FULL, as the log's) and, for the stateful floor, the two partitions' changelog
+    files written create-only and durably (storage's write_bytes: temp file, fsync, link, directory
+    fsync) side by side on two threads, as the state commit does."""
+
+    def __init__(self):
+        import sqlite3
+        from concurrent.futures import ThreadPoolExecutor
+
+        from increments import storage
+        d = tempfile.mkdtemp(prefix="bench-floor-")
+        self.db = sqlite3.connect(os.path.join(d, "floor.sqlite"), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE t (q TEXT, b INTEGER, body TEXT, PRIMARY KEY (q, b))")
+        self.parts = [storage.location(os.path.join(d, "state", "0", str(p))) for p in range(2)]
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.n = 0
+
+    def log(self, n: int) -> list[float]:
+        times = []
+        for _ in range(n):
+            self.n += 1
+            t0 = time.perf_counter()
+            self.db.execute("INSERT INTO t VALUES ('q', ?, ?)", (2 * self.n, "x" * 400))
+            self.db.execute("INSERT INTO t VALUES ('q', ?, ?)", (2 * self.n + 1, "x" * 900))
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def stateful(self, n: int) -> list[float]:
+        times = []
+        data = b"x" * 600
+        for _ in range(n):
+            self.n += 1
+            t0 = time.perf_counter()
+            self.db.execute("INSERT INTO t VALUES ('q', ?, ?)", (2 * self.n, "x" * 400))
+            futs = [self.pool.submit(loc.write_bytes, f"{self.n}.changelog", data, create_only=True)
+                    for loc in self.parts]
+            for f in futs:
+                f.result()
+            self.db.execute("INSERT INTO t VALUES ('q', ?, ?)", (2 * self.n + 1, "x" * 900))
+            times.append(time.perf_counter() - t0)
+        return times
+
+
 def alternate(n: int, rounds: int, runs: dict[str, Callable[[int], list[float]]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {k: [] for k in runs}
     per = max(1, n // rounds)
@@ -259,7 +310,9 @@ def main() -> None:
         c.work.clear()
         c.cpu.clear()
         c.commit_ms.clear()
-    res = alternate(a.batches, a.rounds, {"duckdb": duckdb_reference,
+    floor = DurableFloor()
+    res = alternate(a.batches, a.rounds, {"duckdb": duckdb_reference, "floor_log": floor.log,
+                                          "floor_state": floor.stateful,
                                           **{k: c.batches for k, c in cases.items()}})
     counts = {k: c.count(a.count_batches) for k, c in cases.items()}
     st = cases["stateful"]
@@ -281,10 +334,16 @@ def main() -> None:
     print(f"per-batch overhead, log on {backend}; medians of {a.batches} batches per case in {a.rounds} "
           "rounds alternating with the reference")
     print(f"  reference: plain DuckDB query over a 1-row Arrow table          {ref:8.3f} ms")
+    if not backend.startswith("PostgreSQL"):
+        print(f"  durable floor, stateless: the log's 2 commits on this disk alone {ms(res['floor_log']):8.3f} ms")
+        print(f"  durable floor, stateful: + 2 changelog files (parallel)        {ms(res['floor_state']):8.3f} ms")
     for k, label in (("empty", "empty stateless batch (whole protocol)"),
                      ("one_row", "one-row stateless batch (filter + select)")):
         t = ms(res[k])
         print(f"  {label:<60}{t:8.3f} ms  ({t / ref:5.2f}x the reference; CPU {ms(cases[k].cpu[:len(res[k])]):.3f} ms)")
+    if not backend.startswith("PostgreSQL"):
+        print(f"    empty batch above its durable floor                           "
+              f"{ms(res['empty']) - ms(res['floor_log']):8.3f} ms")
     t, w, ab = ms(res["stateful"]), ms(work), ms(above)
     print(f"  {'stateful batch: group_by(k).count(), rocksdb, 2 partitions,':<60}{t:8.3f} ms  ({t / ref:5.2f}x the "
           f"reference; CPU {ms(st.cpu[:len(res['stateful'])]):.3f} ms)")
@@ -292,6 +351,8 @@ def main() -> None:
     print(f"    data work (operator compute + state reads/writes, in process) {w:8.3f} ms")
     print(f"    above data work (log, fence, state commit, staging, progress) {ab:8.3f} ms")
     print(f"    of which the state commit of both partitions (commit_all)      {ms(st.commit_ms):8.3f} ms")
+    if not backend.startswith("PostgreSQL"):
+        print(f"    above data work and the durable floor                          {ab - ms(res['floor_state']):8.3f} ms")
     print(f"  per batch, counted over {a.count_batches} more batches (not timed):")
     print(f"    {'case':<12}{'log statements':>16}{'log commits':>13}{'fsync() from Python':>22}")
     for k, c in counts.items():
