@@ -57,9 +57,12 @@ from .seen_files import SeenFilesLog
 log = logging.getLogger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")
 #: with max_files_per_trigger and a backlog, the files of this many next batches are decoded in the
-#: background while the current batch runs (sources/prefetch.py); a file's reader is mostly one
-#: thread, so two files at once use both cores as a one-shot multi-file scan would
-READ_AHEAD_BATCHES = 2
+#: background while the current batch runs (sources/prefetch.py); four rather than two absorb the
+#: batches whose protocol takes longer than a decode (hourly-clicks JSON: 4-15% faster in A/B runs)
+READ_AHEAD_BATCHES = 4
+#: threads decoding ahead, one file each at a time: a file's reader is mostly one thread, so two
+#: files at once use both cores as a one-shot multi-file scan would
+READ_AHEAD_WORKERS = 2
 #: ...as long as the next batches' files hold at most this many bytes (decoded data of batches
 #: ahead is memory the current batch does not need); the first files that fit are read
 READ_AHEAD_BYTES = 128 << 20
@@ -358,7 +361,7 @@ class FileSource(Source):
         """Decode planned and upcoming files in the background, for a query that reads `columns`
         (None: all) -- the same columns its read step will ask for, or the read-ahead is unused."""
         if self._read_ahead is None:
-            self._read_ahead = ReadAhead(workers=READ_AHEAD_BATCHES, stat=self._fingerprint, expected=self._listed_as)
+            self._read_ahead = ReadAhead(workers=READ_AHEAD_WORKERS, stat=self._fingerprint, expected=self._listed_as)
         self._ahead_columns = columns if self.reads_columns else None
 
     def _write_entry_ahead(self, n: int, files: list[ObjectInfo]) -> None:
