@@ -13,7 +13,10 @@ CPU seconds of that run (all threads).
 References: (1) DuckDB computing the same hourly counts over the same files in one query (the
 single-node limit); (2) Apache Spark Structured Streaming (local[2], shuffle partitions 2, same
 query, maxFilesPerTrigger=1, availableNow), run only when --spark-python points at a Python with
-pyspark 4 and Java 17 is present (skipped with a message otherwise).
+pyspark 4 and Java 17 is present (skipped with a message otherwise): its windows and counts are
+compared with the engine's, one by one; (3) the no-protocol loop (run_floor): the same files read by
+the engine's readers (two decoded ahead) and aggregated by Arrow, merged in a dict, nothing durable
+-- what the libraries alone do here, so that engine minus loop is the protocol's and state's share.
 Also: peak memory (ru_maxrss), state rows at the end with the watermark vs the same query without
 a watermark (update mode), and the per-batch overhead of an empty batch.
 """
