@@ -13,11 +13,12 @@ trailing no-data batch). Reference: DuckDB's one-shot join of all the files, mea
 
 State scale (issue 19: join batch time with 1M state rows within 1.5x of 65k): the same query
 with 10-day watermarks (nothing is evicted: the rows stay in the state), first load batches that
-fill the join state to S rows (both sides together), then 5 measured batches of --rows rows per
-side; the ad ids run over (S + measured rows)/8 keys and the load's event times over the same 10
-minutes, so that a new row finds about as many stored rows with its key (about 4 per side) at every S and each measured batch emits about as many rows. The figure is the
-median time of the measured batches (progress trigger_execution) at each S, the rounds alternating
-the sizes; the ratio is against the smallest S.
+fill the join state to S rows (both sides together), then 8 measured batches of --rows rows per
+side; the ad ids run over (S + half the measured rows)/8 keys and the load's event times over the same 10
+minutes, so that a new row finds about as many stored rows with its key (about 4 per side) at every S and each measured batch emits about as many rows. The figures are the
+median time of the measured batches (progress trigger_execution) and their median CPU time (the
+process's, all threads: less disturbed by other processes on a shared machine) at each S, the
+rounds alternating the sizes; the ratios are against the smallest S.
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def generate_scale(root: str, state_rows: int, rows: int, measured: int = 5, loa
     rnd = np.random.default_rng(seed)
     idir, cdir = os.path.join(root, "imps"), os.path.join(root, "clicks")
     os.makedirs(idir), os.makedirs(cdir)
-    keys = max(1, (state_rows + 2 * rows * measured) // 8)
+    keys = max(1, (state_rows + rows * measured) // 8)      # the mean state over the measured batches / 8
     per_side = state_rows // 2
     sizes = [load_rows] * (per_side // load_rows) + ([per_side % load_rows] if per_side % load_rows else [])
     t0 = 1_700_000_000_000_000
@@ -111,8 +112,29 @@ def generate_scale(root: str, state_rows: int, rows: int, measured: int = 5, loa
     return idir, cdir, len(sizes)
 
 
-def run_scale(idir: str, cdir: str, loads: int, store: str) -> tuple[float, int, int]:
-    """(median trigger_execution ms of the batches after the load, state rows before them, output rows of them)."""
+class _CpuClock:
+    """A query listener: the process's CPU time (all threads) when each batch's progress is reported."""
+
+    def __init__(self):
+        self.at: dict[int, float] = {}
+        self.start = time.process_time()
+
+    def on_query_started(self, event):
+        self.start = time.process_time()
+
+    def on_query_progress(self, progress):
+        self.at[progress["batch_id"]] = time.process_time()
+
+    def on_query_terminated(self, event):
+        pass
+
+    def on_batch_step(self, *a):
+        pass
+
+
+def run_scale(idir: str, cdir: str, loads: int, store: str) -> tuple[float, float, int, int]:
+    """(median trigger_execution ms and median CPU ms of the batches after the load, state rows
+    before them, output rows of them)."""
     i = (inc.read_stream.files(idir, "parquet", "imp_id STRING, ad_id BIGINT, imp_time TIMESTAMP",
                                max_files_per_trigger=1).with_watermark("imp_time", "10 days").alias("i"))
     c = (inc.read_stream.files(cdir, "parquet", "click_id STRING, ad_id BIGINT, click_time TIMESTAMP",
@@ -122,9 +144,10 @@ def run_scale(idir: str, cdir: str, loads: int, store: str) -> tuple[float, int,
     def sink(table, batch_id):
         out[batch_id] = out.get(batch_id, 0) + table.num_rows
     chk = tempfile.mkdtemp(prefix="bench-join-scale-chk-")
+    clock = _CpuClock()
     try:
         q = (i.join(c, COND).write_stream.foreach_batch(sink).checkpoint_location(chk)
-             .option("state_store", store).trigger(available_now=True).start())
+             .option("state_store", store).trigger(available_now=True).listener(clock).start())
         q.await_termination()
         if q.exception() is not None:
             raise q.exception()
@@ -132,29 +155,33 @@ def run_scale(idir: str, cdir: str, loads: int, store: str) -> tuple[float, int,
         measured = prog[loads:]
         state = next(o for o in prog[loads - 1]["state_operators"] if o["operator_name"] == "symmetricHashJoin")
         times = [p["duration_ms"]["trigger_execution"] for p in measured]
-        return statistics.median(times), state["num_rows_total"], sum(out.get(p["batch_id"], 0) for p in measured)
+        cpu = [(clock.at[p["batch_id"]] - clock.at[p["batch_id"] - 1]) * 1000 for p in measured]
+        return (statistics.median(times), statistics.median(cpu), state["num_rows_total"],
+                sum(out.get(p["batch_id"], 0) for p in measured))
     finally:
         shutil.rmtree(chk, ignore_errors=True)
 
 
-def state_scale(sizes: list[int], rows: int, store: str, rounds: int) -> None:
+def state_scale(sizes: list[int], rows: int, store: str, rounds: int, measured: int = 8) -> None:
     root = tempfile.mkdtemp(prefix="bench-join-scale-")
     try:
-        data = {s: generate_scale(os.path.join(root, str(s)), s, rows) for s in sizes}
-        got: dict[int, list[float]] = {s: [] for s in sizes}
+        data = {s: generate_scale(os.path.join(root, str(s)), s, rows, measured) for s in sizes}
+        got: dict[int, list[tuple[float, float]]] = {s: [] for s in sizes}
         info: dict[int, tuple[int, int]] = {}
         for _ in range(rounds):
             for s in sizes:
-                ms, state, outn = run_scale(*data[s], store)
-                got[s].append(ms)
+                ms, cpu, state, outn = run_scale(*data[s], store)
+                got[s].append((ms, cpu))
                 info[s] = (state, outn)
-        base = statistics.median(got[sizes[0]])
-        print(f"join batch time vs join state size ({rows} rows/side/batch, 5 batches each, median of {rounds} "
-              f"rounds, state store {store})")
+        base = statistics.median(x[0] for x in got[sizes[0]])
+        base_cpu = statistics.median(x[1] for x in got[sizes[0]])
+        print(f"join batch time vs join state size ({rows} rows/side/batch, {measured} batches each, median of {rounds} "
+              f"rounds, state store {store}; CPU = the process's CPU time per batch, all threads)")
         for s in sizes:
-            m = statistics.median(got[s])
-            print(f"  state {info[s][0]:>9,} rows: {m:8.1f} ms/batch   output {info[s][1]:,} rows   "
-                  f"ratio {m / base:.2f}x" + ("   (target <= 1.5x)" if s != sizes[0] else ""))
+            m = statistics.median(x[0] for x in got[s])
+            cpu = statistics.median(x[1] for x in got[s])
+            print(f"  state {info[s][0]:>9,} rows: {m:7.1f} ms/batch ({m / base:.2f}x)   CPU {cpu:7.1f} ms/batch "
+                  f"({cpu / base_cpu:.2f}x)   output {info[s][1]:,} rows" + ("   target <= 1.5x" if s != sizes[0] else ""))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
