@@ -12,7 +12,10 @@
              state tokens of N and the operators' next processing-time timers
 
 The fence comes first: process and write refuse (ConcurrentRunError) unless this runner owns
-offsets[N], and commit is one atomic insert-if-owner. A runner that lost the fence mid-step can
+offsets[N] (one read each), and commit is one atomic insert-if-owner. Plan starts from the log's
+latest offsets and commit, or, in the runner that wrote the last commit itself, from that commit
+as it stored it (BatchLog.latest_known: no read); either way the write-ahead insert of offsets[N]
+fails if another runner wrote it, and this runner stops. A runner that lost the fence mid-step can
 only have written files named by its own attempt (state tokens, staging under its run id), which
 no commit row names, so the winner never reads them.
 
