@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pyarrow as pa
 import pytest
@@ -442,3 +443,32 @@ def test_lost_ranges_between_partitions_read_ahead(kafka_broker):
     t = strict.read({topic: {"0": 0, "1": 0, "2": 0, "3": 0}}, {topic: {"0": 10, "1": 10, "2": 10, "3": 10}})
     assert sorted(t.column("partition").to_pylist()) == sorted(list(range(4)) * 10)   # the consumers recovered
     strict.close()
+
+
+def test_available_now_assigns_the_next_batch_ahead_and_reads_each_row_once(kafka_broker, tmp_path, monkeypatch):
+    """Under AvailableNow the local runner's read leaves its first consumer assigned where the next
+    batch starts; the next batch consumes from it (no re-assign) and still reads exactly its range."""
+    import increments.sources.kafka.consume as consume_mod
+    topic = create_topic(kafka_broker, partitions=2)
+    for p in range(2):
+        produce(kafka_broker, topic, [json.dumps({"id": p * 100 + i}) for i in range(40)], partition=p)
+    calls, assign = [], consume_mod._assign
+
+    def spy(c, t, p, s):
+        if sys._getframe(1).f_code.co_name == "_read_ranges":   # a read wanting c at (t, p, s)
+            calls.append(((t, p, s), [(x.topic, x.partition, x.offset) for x in c.assignment()] == [(t, p, s)]))
+        return assign(c, t, p, s)
+    monkeypatch.setattr(consume_mod, "_assign", spy)
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic, max_offsets_per_trigger=20)
+         .parse_json("id BIGINT", keep=["partition", "offset"]), tmp_path / "chk", fn)
+    assert len(got) == 4                                           # 10 offsets per partition per batch
+    assert _ids(got) == sorted(p * 100 + i for p in range(2) for i in range(40))
+    for b, t in got.items():
+        assert sorted(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist())) == \
+            [(p, o) for p in range(2) for o in range(10 * b, 10 * b + 10)]
+    first = {}
+    for tps, ahead in calls:
+        first.setdefault(tps, ahead)        # when a read first wanted this start: assigned already?
+    assert [first[(topic, 0, s)] for s in (0, 10, 20, 30)] == [False, True, True, True]
+    assert [first[(topic, 1, s)] for s in (0, 10, 20, 30)] == [False] * 4   # read ahead within a read only

@@ -48,6 +48,14 @@ def _consume_step() -> int:
     return _CHUNK if first <= 0 else min(_CHUNK, max(50, first - 200))
 
 
+def _assign(c: Any, t: str, p: int, s: int) -> None:
+    """Assign consumer c to (t, p) from offset s, unless that is already its whole assignment
+    (made ahead, and not consumed from since: every read unassigns its consumer when done)."""
+    if [(x.topic, x.partition, x.offset) for x in c.assignment()] != [(t, p, s)]:
+        from confluent_kafka import TopicPartition
+        c.assign([TopicPartition(t, p, s)])
+
+
 class _OutOfRange(Exception):
     """The broker no longer (or not yet) holds the offset a read started at."""
 
@@ -84,6 +92,7 @@ class KafkaConsume:
                 elif e > s:
                     ranges.append((t, int(p), s, e))
         read = self._read_ranges(sorted(ranges), parse, skip)
+        self._assign_next_batch(end)
         tables = [x for x, _ in read if x.num_rows]
         out = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
         if parse and out.num_rows and all(pieces is not None for _, pieces in read):
@@ -95,22 +104,35 @@ class KafkaConsume:
         one consumer fetching all of them at once), on two consumers in turn: while one consumes a
         range, the other is already assigned to the next, so librdkafka's threads fetch it in the
         background (the first messages after an assign take 20-100 ms here, more than consuming
-        20k messages). Both are left unassigned."""
-        from confluent_kafka import TopicPartition
+        20k messages). Both are left unassigned (see _assign_next_batch)."""
         readers = self._readers()
         out = []
         try:
             if ranges:
-                readers[0].assign([TopicPartition(ranges[0][0], ranges[0][1], ranges[0][2])])
+                _assign(readers[0], *ranges[0][:3])   # unless the previous read assigned it ahead
             for i, (t, p, s, e) in enumerate(ranges):
                 if i + 1 < len(ranges):
-                    nt, np_, ns, _ = ranges[i + 1]
-                    readers[(i + 1) % 2].assign([TopicPartition(nt, np_, ns)])
+                    _assign(readers[(i + 1) % 2], *ranges[i + 1][:3])
                 out.append(self._read_partition(t, p, s, e, parse, skip, reader=readers[i % 2]))
         finally:
             for c in readers:
                 c.unassign()
         return out
+
+    def _assign_next_batch(self, end: Any) -> None:
+        """Under AvailableNow in the local runner (read-ahead enabled), assign the first consumer to
+        where the next read() starts: the first partition (in read order) that ends before the
+        AvailableNow target, at this read's end. librdkafka fetches it while this batch is
+        processed and committed and the next one planned; the next read() consumes it if its first
+        range starts there, and otherwise re-assigns (_assign). Never for an open-ended stream (an
+        idle query would keep fetching)."""
+        if not self._parse_while_reading or self._target is None:
+            return
+        for t, p in sorted((t, int(p)) for t, ps in end.items() for p in ps):
+            e = end[t][str(p)]
+            if e < self._target.get(t, {}).get(str(p), 0):
+                _assign(self._readers()[0], t, p, e)
+                return
 
     def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False,
                         skip: frozenset = frozenset(), reader: Any = None) -> tuple[pa.Table, list | None]:
@@ -148,7 +170,7 @@ class KafkaConsume:
         holds no GIL) while the next messages are consumed; returns [(messages, future)] in row
         order, or None when a value is null or the rows had to be reordered or cut (nothing to
         pre-parse or line up)."""
-        from confluent_kafka import Message, TopicPartition
+        from confluent_kafka import Message
         m_error, m_offset, m_value = Message.error, Message.offset, Message.value
         c = reader if reader is not None else self._readers()[0]
         step = _consume_step()
@@ -173,8 +195,7 @@ class KafkaConsume:
                     pieces.append(self._hand_to_parse(arr))
             piece, lens, pending = [], [], 0
 
-        if [(x.topic, x.partition, x.offset) for x in c.assignment()] != [(t, p, s)]:
-            c.assign([TopicPartition(t, p, s)])   # not assigned ahead by _read_ranges (or a retry)
+        _assign(c, t, p, s)   # unless assigned ahead (_read_ranges, _assign_next_batch)
         deadline = time.time() + self.fetch_timeout_s
         stall_at = time.time() + _STALL_S
         try:
