@@ -75,7 +75,9 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
                 "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
                 "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                "queued.max.messages.kbytes": 256 * 1024, "fetch.wait.max.ms": 5,
+                # per consumer; two read consumers can hold a prefetch at once (consume.py,
+                # _read_ranges): together the 256 MiB one consumer held before
+                "queued.max.messages.kbytes": 128 * 1024, "fetch.wait.max.ms": 5,
                 # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) once its
                 # local queue holds queued.min.messages; a reader draining a range then sits idle
                 # for up to a second (measured: 5x slower reads, at random)
