@@ -303,7 +303,8 @@ class StreamStreamJoinOp(PhysicalOp):
         for si, side in enumerate(("left", "right")):
             unmatched[side] = self._update_side(ctx, stores, side, si, new[side], keys[side], full[side], cand[side],
                                                 chunk_keys[side], matched[side], counts, metrics,
-                                                [m[side] for m in mirrors], where[side])
+                                                [m[side] for m in mirrors], where[side],
+                                                tables[side].column("__m").to_numpy(zero_copy_only=False)[:len(cand[side])])
         if self.how in OUTER_LEFT and failed.get("left") is not None and failed["left"].num_rows:
             parts.append(run_sql(self.null_left_sql, {"__nl": failed["left"], "__ar": tables["right"]}))
         if self.how in OUTER_RIGHT and failed.get("right") is not None and failed["right"].num_rows:
@@ -377,7 +378,7 @@ class StreamStreamJoinOp(PhysicalOp):
         return (ctx.eviction_watermark(self) + off[1]) * 1000 if off else None
 
     def _update_side(self, ctx, stores, side, si, new, keys, full, cand, chunk_keys, matched, counts,
-                     metrics, mirrors, where) -> pa.Table:
+                     metrics, mirrors, where, stored_m) -> pa.Table:
         """Store new rows, mark matches, evict by the state watermark; return rows to emit with NULLs.
 
         Which new rows Spark 4.3 adds to state (and so counts in num_rows_updated), observed:
@@ -385,8 +386,10 @@ class StreamStreamJoinOp(PhysicalOp):
         of the batch: counted as updated and removed), except in a left semi join a left row that
         matched (emitted, never stored); a right row only when it is not behind the state watermark,
         or, in a right/full outer join, when it matched nothing (added, then evicted with its NULL
-        row: updated and removed). Vectorised: masks over the new rows and over all stored rows
-        (`full`, every chunk of every partition, with __p/__c naming its chunk)."""
+        row: updated and removed). Vectorised: masks over the new rows; stored rows (`full`, every
+        chunk of every partition) are touched by sorted row numbers: the candidates that matched,
+        and for eviction only the chunks whose key (min event time) is at or before the state
+        watermark; only chunks holding a changed row are rewritten."""
         schema = self.ls.schema if side == "left" else self.rs.schema
         preserved = self.how in (OUTER_LEFT if side == "left" else OUTER_RIGHT)
         track = preserved or (self.how == "left_semi" and side == "left")
@@ -412,44 +415,59 @@ class StreamStreamJoinOp(PhysicalOp):
                 js.put_chunk(stores[p], side, rows.filter(pa.array(sel)), ctx.batch_id, mirrors[p])
                 counts[p][si] += int(sel.sum())
             metrics["num_rows_updated"] += int(store_mask.sum())
-        # stored rows: matches, semi deletions, eviction
-        m_full = full.column("__m").to_numpy(zero_copy_only=False).copy()
-        keep_full = np.ones(full.num_rows, dtype=bool)
-        pcol = full.column("__p").to_numpy()
-        changed = np.zeros(full.num_rows, dtype=bool)
-        hit = cand[matched[:n_st] & ~m_full[cand]] if n_st else cand
+        # stored rows: matches, semi deletions, eviction -- as sorted row numbers of `full`, so the
+        # work follows the candidates and the chunks old enough to hold evictable rows, not the state
+        chunks = [(p, c, first, n) for p, cs in enumerate(where) for c, (first, n) in enumerate(cs)]
+        firsts = np.array([x[2] for x in chunks], dtype=np.int64)
+
+        def by_partition(rows: np.ndarray) -> None:
+            owner = np.searchsorted(firsts, rows, side="right") - 1
+            for k, c in zip(*np.unique(owner, return_counts=True)):
+                counts[chunks[int(k)][0]][si] -= int(c)
+        none = np.empty(0, dtype=np.int64)
+        hit = cand[matched[:n_st] & ~stored_m] if n_st else none
+        removed, marked = (hit, none) if semi_left else ((none, hit) if track else (none, none))
         if semi_left:
             # Spark 4.3 (observed): a stored left row emitted by a left semi join leaves the state in
             # that batch (counted as removed); it can never be emitted again.
-            keep_full[hit] = False
             metrics["num_rows_removed"] += len(hit)
-            for p, c in zip(*np.unique(pcol[hit], return_counts=True)):
-                counts[int(p)][si] -= int(c)
-            changed[hit] = True
-        elif track:
-            m_full[hit] = True
-            changed[hit] = True
+            by_partition(hit)
+        ev = none
         if sw_us is not None and full.num_rows:
             t = full.column("__t")
-            ev = keep_full & pc.fill_null(pc.less_equal(t, pa.scalar(int(sw_us), pa.int64())), False).to_numpy(
-                zero_copy_only=False)
-            if ev.any():
-                for p, c in zip(*np.unique(pcol[ev], return_counts=True)):
-                    counts[int(p)][si] -= int(c)
-                metrics["num_rows_removed"] += int(ev.sum())
+            found = []
+            for (p, c, first, n) in chunks:
+                if js.chunk_min_time(chunk_keys[p][c][0]) <= sw_us:    # holds a row at or before sw
+                    late = pc.fill_null(pc.less_equal(t.slice(first, n), pa.scalar(int(sw_us), pa.int64())), False)
+                    found.append(np.flatnonzero(late.to_numpy(zero_copy_only=False)) + first)
+            ev = np.concatenate(found).astype(np.int64) if found else none
+            if len(removed) and len(ev):
+                ev = np.setdiff1d(ev, removed, assume_unique=True)
+            if len(ev):
+                by_partition(ev)
+                metrics["num_rows_removed"] += len(ev)
                 if preserved:
-                    out.append(full.filter(pa.array(ev & ~m_full)).select(schema.names).cast(schema))
-                keep_full &= ~ev
-                changed |= ev
-        if changed.any():
+                    gone = _take_sorted(full, ev)
+                    m_ev = gone.column("__m").to_numpy(zero_copy_only=False) | np.isin(ev, marked, assume_unique=True)
+                    out.append(gone.filter(pa.array(~m_ev)).select(schema.names).cast(schema))
+        touched = np.union1d(np.union1d(removed, marked), ev).astype(np.int64)
+        if len(touched):
             # only the chunks holding a changed row are rewritten, each from its own rows
-            cidx = full.column("__c").to_numpy()
             mi = full.schema.get_field_index("__m")
-            for p, c in sorted({(int(a), int(b)) for a, b in zip(pcol[changed], cidx[changed])}):
-                first, n = where[p][c]
+            owner = np.searchsorted(firsts, touched, side="right") - 1
+            for k in np.unique(owner).tolist():
+                p, c, first, n = chunks[k]
                 rows = full.slice(first, n).drop_columns(["__c", "__p"])
-                rows = rows.set_column(mi, "__m", pa.array(m_full[first:first + n], pa.bool_()))
-                rows = rows.filter(pa.array(keep_full[first:first + n]))
+                m_local = rows.column("__m").to_numpy(zero_copy_only=False).copy()
+                keep = np.ones(n, dtype=bool)
+                for idx, apply in ((marked, "m"), (removed, "k"), (ev, "k")):
+                    lo, hi = np.searchsorted(idx, [first, first + n])
+                    if hi > lo:
+                        if apply == "m":
+                            m_local[idx[lo:hi] - first] = True
+                        else:
+                            keep[idx[lo:hi] - first] = False
+                rows = rows.set_column(mi, "__m", pa.array(m_local, pa.bool_())).filter(pa.array(keep))
                 skey, batch_id = chunk_keys[p][c]
                 js.rewrite_chunk(stores[p], side, skey, batch_id, rows, mirrors[p])
         return pa.concat_tables(out)

@@ -46,6 +46,11 @@ def write_counts(store, counts: list[int]) -> None:
     store.put(COUNT_KEY, encode_value(tuple(counts)))
 
 
+def chunk_min_time(skey: bytes) -> int:
+    """The smallest event time (µs) of a stored chunk's rows, from its key (NO_TIME: none)."""
+    return int(decode_key(skey)[2])
+
+
 def chunk_rows(blob: bytes) -> pa.Table:
     """The rows of one stored chunk (side columns + __k, __t, __m)."""
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
