@@ -66,5 +66,5 @@ def windowed():             # a stateful new version over the bronze input: reve
 def crashing():             # `changed`, killed right after the sink write of backfill batch FS_CRASH_BATCH
     import sys
     sys.path.append(os.path.dirname(os.path.dirname(__file__)))
-    from crashpoints import CrashAt
+    from crashkit import CrashAt
     return changed().listener(CrashAt(int(os.environ["FS_CRASH_BATCH"]), "write"))

@@ -372,10 +372,10 @@ _TESTS = {tests!r}
 sys.path[:0] = [os.path.dirname(_TESTS)]
 sys.path.append(_TESTS)
 import increments as inc
-from crashpoints import CrashAt
+import crashkit
 c = json.loads(sys.argv[1])
 if c.get("crash_batch") is not None:
-    inc.streams.add_listener(CrashAt(c["crash_batch"], c["crash_step"]))
+    crashkit.crash_after([c["crash_batch"], c["crash_step"]])
 out = c["out"]
 def fn(table, batch_id):
     with open(os.path.join(out, f"{{batch_id}}.json"), "w") as f:
