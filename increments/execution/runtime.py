@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..checkpoint.identity import open_checkpoint
 from ..checkpoint.log import BatchLog
@@ -19,6 +19,13 @@ from ..sinks.base import Sink, SinkContext
 from ..triggers import Trigger
 from .staging import DiskStaging, MemoryStaging
 from .state_manager import StateManager
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..api.frame import StreamFrame
+    from ..plan.nodes import Node
+    from ..sources.base import Source
 
 DEFAULT_STATE_PARTITIONS = 4
 
@@ -31,7 +38,7 @@ class WriterSettings:
     checkpoint: str | None = None
     query_name: str | None = None
     trigger: Trigger = field(default_factory=lambda: Trigger("processing_time", 0))
-    foreach_batch: Any = None
+    foreach_batch: Callable[[pa.Table, int], Any] | None = None
     path: str | None = None
     sink: Sink | None = None
 
@@ -44,17 +51,17 @@ class QueryRuntime:
     plan: CompiledPlan
     sink: Sink
     settings: WriterSettings
-    staging: Any
+    staging: MemoryStaging | DiskStaging
     state: StateManager
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    listeners: list[Any] = field(default_factory=list)
+    listeners: list[Any] = field(default_factory=list)   # objects with some of StreamingQueryListener's methods
 
     @property
     def query_id(self) -> str:
         return self.meta.query_id
 
     @property
-    def sources(self) -> list[Any]:
+    def sources(self) -> list[Source]:
         return self.plan.sources
 
     @property
@@ -89,7 +96,7 @@ def _bool(v: Any) -> bool:
     return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
 
 
-def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory") -> QueryRuntime:
+def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "memory") -> QueryRuntime:
     """Compile the query, open (or create) its checkpoint and log, attach sources and sink.
 
     The checkpoint is a Location: a local path, file://, or an object-store URL (s3://, gs://,
@@ -158,7 +165,7 @@ def build_runtime(frame: Any, settings: WriterSettings, staging: str = "memory")
     return rt
 
 
-def start_conf(frame: Any, settings: WriterSettings,
+def start_conf(frame: StreamFrame, settings: WriterSettings,
                storage_options: dict[str, Any] | None = None) -> tuple[CompiledPlan, Sink, dict[str, Any]]:
     """The compiled plan, the (unopened) sink and the conf a start fixes in, or compares with, the
     checkpoint; nothing is read from or written to the checkpoint (`increments check` uses this)."""
@@ -203,7 +210,7 @@ def plan_fingerprint(plan: CompiledPlan, sink: Sink) -> dict[str, Any]:
             "sink": kind if kind in ("MemorySink", "ConsoleSink", "ForeachBatchSink") else sink.description}
 
 
-def _with_own_sources(node: Any, storage_options: dict[str, Any] | None = None) -> Any:
+def _with_own_sources(node: Node, storage_options: dict[str, Any] | None = None) -> Node:
     """The logical plan with every source replaced by its for_query() copy: queries started from
     one frame (one source, two sinks, as in Spark) must not share a checkpoint attachment. Each
     copy holds the query-level `storage_options` already (Source.open sets them again)."""
