@@ -1,6 +1,18 @@
-"""Schema strings ("campaign_id STRING, event_time TIMESTAMP") to Arrow and DuckDB types.
+"""The one Arrow <-> DuckDB type mapping: schema strings ("campaign_id STRING, event_time
+TIMESTAMP") to Arrow and DuckDB types, and the DuckDB type names of state schemas.
 
-`TIMESTAMP` is an instant: Arrow timestamp("us", tz="UTC"), DuckDB TIMESTAMPTZ.
+In a schema string `TIMESTAMP` is an instant (Spark's): Arrow timestamp("us", tz="UTC"), DuckDB
+TIMESTAMPTZ; `TIMESTAMP_NTZ` is the naive one. DuckDB type names themselves (state schemas,
+`duckdb_to_arrow`) mean what DuckDB means: TIMESTAMP is naive.
+
+- `parse_schema` / `Field.arrow_type`: the types a schema can declare (`_ARROW`, DECIMAL(p,s)).
+- `arrow_to_duckdb(t)`: the DuckDB name of an Arrow type a schema can declare; anything else raises.
+- `state_type_name(t)`: the name a stateful operator records for a key or value column in its
+  state schema (checkpoint metadata and state/<op>/_schema.json); never raises. Types outside
+  the table keep Arrow's spelling upper-cased (DECIMAL128(10, 2), LARGE_BINARY): checkpoints
+  recorded those names and `increments check` compares them, so they must not change.
+- `duckdb_to_arrow(name)`: the Arrow type of a DuckDB type name read back from a state schema,
+  None when unknown (the reader then infers the type from the values).
 """
 from __future__ import annotations
 
@@ -24,6 +36,13 @@ _ARROW = {
     "TINYINT": pa.int8(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
     "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "TIMESTAMP": pa.timestamp("us"),
     "DATE": pa.date32(), "BLOB": pa.binary(),
+}
+#: DuckDB type name of each Arrow type in _ARROW
+_NAMES: dict[pa.DataType, str] = {t: name for name, t in _ARROW.items()}
+#: names a state schema may hold besides _ARROW's (DuckDB's synonyms and unsigned types)
+_READ_BACK = {
+    **_ARROW, "BOOL": pa.bool_(), "INT": pa.int32(), "REAL": pa.float32(), "TEXT": pa.string(),
+    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"), "UBIGINT": pa.uint64(), "UINTEGER": pa.uint32(),
 }
 
 
@@ -90,17 +109,33 @@ def parse_schema(schema: "str | Schema | pa.Schema") -> Schema:
     return Schema(tuple(fields))
 
 
-def arrow_to_duckdb(t: pa.DataType) -> str:
-    """The DuckDB type name of an Arrow type (for the types schemas can declare)."""
+def _table_name(t: pa.DataType) -> str | None:
+    """The DuckDB name of a timestamp (any unit), a large string or a type of _ARROW; else None."""
     if pa.types.is_timestamp(t):
         return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
     if pa.types.is_large_string(t):
         return "VARCHAR"
+    return _NAMES.get(t)
+
+
+def arrow_to_duckdb(t: pa.DataType) -> str:
+    """The DuckDB type name of an Arrow type (for the types schemas can declare)."""
+    name = _table_name(t)
+    if name is not None:
+        return name
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
     if pa.types.is_large_binary(t):
         return "BLOB"
-    for name, at in _ARROW.items():
-        if at == t:
-            return name
     raise ValueError(f"type {t} cannot be declared in a schema")
+
+
+def state_type_name(t: pa.DataType) -> str:
+    """The DuckDB type name a state schema records for a column of Arrow type `t` (see the module
+    doc: types outside the table keep Arrow's upper-cased spelling, as checkpoints recorded it)."""
+    return _table_name(t) or str(t).upper()
+
+
+def duckdb_to_arrow(name: str) -> pa.DataType | None:
+    """The Arrow type of a DuckDB type name from a state schema; None when unknown (infer it)."""
+    return _READ_BACK.get(name.strip().upper())

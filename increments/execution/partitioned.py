@@ -6,13 +6,13 @@ windows, or a deduplication), with only single-input stateless operators above i
 
     split (after read):   the stateless subtree below S over the staged inputs -> S's input rows;
                           each row's state partition p = S's key -> partition function
-                          (state_util.partition_sql over the same key columns S hashes); the
+                          (partitioning.partition_sql over the same key columns S hashes); the
                           rows of each p are staged as slice_<p>; the subtree's batch metrics
-                          (event times, late/dead rows, static versions) as JSON "split"
+                          (event times, late/dead rows, static versions) as JSON "split" (SplitResult)
     partition p (one op each, in any process or machine; the fence is checked first):
                           open only partition p of S's stores at N-1 (the token of commits[N-1]);
                           run S and the operators above it on slice_<p>; commit p as version N;
-                          stage output_<p> and "process_<p>" (token of p, metrics)
+                          stage output_<p> and "process_<p>" (PartitionResult: token of p, metrics)
     join (after every partition succeeded):
                           concatenate the outputs, merge the metrics and tokens
                           ({operator: [token of partition 0, 1, ...]}); stage "output" and
@@ -36,8 +36,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..operators.base import BatchContext, EventTimeStats, PhysicalOp
+from state.base import StateMetrics
+
+from ..operators.aggregate import WindowAggregateOp
+from ..operators.base import BatchContext, PhysicalOp
+from ..operators.dedup import DeduplicateOp
+from ..operators.partitioning import partition_sql, split_by_partition
+from ..sql import quote_ident, run_sql
 from .state_manager import StateManager
+from .step_results import BatchMetrics, PartitionResult, ProcessResult, SplitResult
+from .steps import _base_tokens, _state_progress, check_owner
 
 
 def stateful_op(plan: Any) -> PhysicalOp | None:
@@ -46,8 +54,6 @@ def stateful_op(plan: Any) -> PhysicalOp | None:
 
 def fanout_reason(plan: Any) -> str | None:
     """None when the process step can fan out per state partition, else why not (for messages)."""
-    from ..operators.aggregate import WindowAggregateOp
-    from ..operators.dedup import DeduplicateOp
     if not plan.stateful_ops:                  # stateless: row-range slices of every input
         return _once_per_batch(plan.root, None)
     if len(plan.stateful_ops) > 1:
@@ -86,25 +92,22 @@ def _once_per_batch(root: PhysicalOp, below: PhysicalOp | None) -> str | None:
 
 def _partition_sql(s: PhysicalOp, n: int) -> tuple[str, str]:
     """(SQL of each input row's state partition over relation __in, the FROM relation)."""
-    from ..operators.aggregate import WindowAggregateOp
-    from ..operators.state_util import partition_sql, q
     if isinstance(s, WindowAggregateOp):
-        keys = [q(k) for k in s.store_plain]
+        keys = [quote_ident(k) for k in s.store_plain]
         if s.window is None:
             return partition_sql(keys, n), "__in"
         w = s.window
         slide, off = w.slide_ms * 1000, w.start_ms * 1000
-        t = f"epoch_us({q(w.column)})"
+        t = f"epoch_us({quote_ident(w.column)})"
         ws = f"({t} - ((({t} - {off}) % {slide}) + {slide}) % {slide})"   # as WindowAggregateOp._partials
         cols = ", ".join(dict.fromkeys(keys))
         return partition_sql(["__ws"] + keys, n), f"(SELECT {cols + ', ' if cols else ''}{ws} AS __ws FROM __in)"
-    keys = ([q(s.event_col)] if s.time_in_key else []) + [q(c) for c in s.key_cols]   # DeduplicateOp
+    keys = ([quote_ident(s.event_col)] if s.time_in_key else []) + [quote_ident(c) for c in s.key_cols]   # DeduplicateOp
     return partition_sql(keys, n), "__in"
 
 
 def partition_of_rows(s: PhysicalOp, table: pa.Table, n: int) -> pa.Array:
     """The state partition (int32) of each of S's input rows."""
-    from ..sql import run_sql
     if n <= 1 or table.num_rows == 0:
         return pa.array([0] * table.num_rows, pa.int32())
     expr, rel = _partition_sql(s, n)
@@ -117,17 +120,9 @@ def _context(rt: Any, e: Any, inputs: dict[int, pa.Table], state: Any) -> BatchC
                         query_name=rt.name, query_id=rt.query_id, output_mode=rt.output_mode, state=state)
 
 
-def _ctx_metrics(ctx: BatchContext) -> dict[str, Any]:
-    return {"event_time": {k: vars(v) for k, v in ctx.event_time.items()},
-            "dropped_by_watermark": dict(ctx.dropped_by_watermark), "custom_metrics": ctx.custom_metrics,
-            "warnings": list(ctx.warnings), "dead_letters": dict(ctx.dead_letters),
-            "static_versions": dict(ctx.static_versions)}
-
-
-def split_batch(rt: Any, plan: Any) -> dict[str, Any]:
+def split_batch(rt: Any, plan: Any) -> SplitResult:
     """Run the stateless subtree below S; stage S's input rows per partition (see module doc).
     A stateless plan: every input's rows cut into n contiguous ranges (slice p of each input)."""
-    from ..operators.state_util import split_by_partition
     t0 = time.perf_counter()
     e = plan.entry
     s = stateful_op(rt.plan)
@@ -141,8 +136,8 @@ def split_batch(rt: Any, plan: Any) -> dict[str, Any]:
                 part = table.slice(min(p * step, table.num_rows), step) if step else table
                 rt.staging.put_table(e.batch_id, f"slice_{p}_in{i}", part)
                 counts[p] += part.num_rows
-        info = {"partitions": n, "rows": counts, "stateless": True, "split_ms": int((time.perf_counter() - t0) * 1000)}
-        rt.staging.put_json(e.batch_id, "split", info)
+        info = SplitResult(n, counts, int((time.perf_counter() - t0) * 1000), stateless=True)
+        rt.staging.put_json(e.batch_id, SplitResult.NAME, info.to_json())
         return info
     ctx = _context(rt, e, inputs, rt.state)
     rows = s.children[0].execute(ctx)
@@ -154,8 +149,8 @@ def split_batch(rt: Any, plan: Any) -> dict[str, Any]:
             part = part.drop_columns(["__p"])
         rt.staging.put_table(e.batch_id, f"slice_{p}", part)
         counts.append(part.num_rows)
-    info = {"partitions": n, "rows": counts, "split_ms": int((time.perf_counter() - t0) * 1000), **_ctx_metrics(ctx)}
-    rt.staging.put_json(e.batch_id, "split", info)
+    info = SplitResult(n, counts, int((time.perf_counter() - t0) * 1000), metrics=BatchMetrics.of(ctx))
+    rt.staging.put_json(e.batch_id, SplitResult.NAME, info.to_json())
     return info
 
 
@@ -203,7 +198,6 @@ class _Elsewhere:
         return version
 
     def metrics(self) -> Any:
-        from state.base import StateMetrics
         return StateMetrics()
 
     def abort(self) -> None:
@@ -238,9 +232,8 @@ class PartitionStateManager(StateManager):
         self.abort_all()
 
 
-def process_partition(rt: Any, plan: Any, p: int) -> dict[str, Any]:
+def process_partition(rt: Any, plan: Any, p: int) -> PartitionResult:
     """Partition p of batch N: S and the operators above it on slice_<p>; state p committed as N."""
-    from .steps import _base_tokens, _state_progress, check_owner
     t0 = time.perf_counter()
     e = plan.entry
     check_owner(rt, e.batch_id, f"process (partition {p})")
@@ -267,15 +260,13 @@ def process_partition(rt: Any, plan: Any, p: int) -> dict[str, Any]:
     if output.schema != rt.plan.output_schema and output.num_rows == 0:
         output = rt.plan.output_schema.empty_table()
     rt.staging.put_table(e.batch_id, f"output_{p}", output)
-    info = {"partition": p, "state_versions": versions, "state_tokens": tokens, "state_operators": ops,
-            "num_input_rows": _slice_rows(s), "num_output_rows": output.num_rows,
-            "num_state_rows": metrics["num_rows_total"], "process_ms": int((time.perf_counter() - t0) * 1000),
-            **_ctx_metrics(ctx)}
-    rt.staging.put_json(e.batch_id, f"process_{p}", info)
+    info = PartitionResult(p, versions, tokens, ops, _slice_rows(s), output.num_rows, metrics["num_rows_total"],
+                           int((time.perf_counter() - t0) * 1000), BatchMetrics.of(ctx))
+    rt.staging.put_json(e.batch_id, PartitionResult.name(p), info.to_json())
     return info
 
 
-def _process_rows(rt: Any, e: Any, p: int, t0: float) -> dict[str, Any]:
+def _process_rows(rt: Any, e: Any, p: int, t0: float) -> PartitionResult:
     """Slice p of a stateless plan: the whole plan over slice p of every input."""
     inputs = {i: rt.staging.get_table(e.batch_id, f"slice_{p}_in{i}") for i in range(len(rt.sources))}
     ctx = _context(rt, e, inputs, rt.state)
@@ -283,10 +274,9 @@ def _process_rows(rt: Any, e: Any, p: int, t0: float) -> dict[str, Any]:
     if output.schema != rt.plan.output_schema and output.num_rows == 0:
         output = rt.plan.output_schema.empty_table()
     rt.staging.put_table(e.batch_id, f"output_{p}", output)
-    info = {"partition": p, "state_versions": {}, "state_tokens": {}, "state_operators": [],
-            "num_input_rows": sum(t.num_rows for t in inputs.values()), "num_output_rows": output.num_rows,
-            "num_state_rows": 0, "process_ms": int((time.perf_counter() - t0) * 1000), **_ctx_metrics(ctx)}
-    rt.staging.put_json(e.batch_id, f"process_{p}", info)
+    info = PartitionResult(p, num_input_rows=sum(t.num_rows for t in inputs.values()), num_output_rows=output.num_rows,
+                           process_ms=int((time.perf_counter() - t0) * 1000), metrics=BatchMetrics.of(ctx))
+    rt.staging.put_json(e.batch_id, PartitionResult.name(p), info.to_json())
     return info
 
 
@@ -301,58 +291,41 @@ class _View:
         self.state = state
 
 
-def join_partitions(rt: Any, plan: Any) -> dict[str, Any]:
+def join_partitions(rt: Any, plan: Any) -> ProcessResult:
     """After every partition op: stage "output" and "process" as steps.process_batch would."""
     e = plan.entry
-    split = rt.staging.get_json(e.batch_id, "split")
-    n = int(split["partitions"])
-    parts = [rt.staging.get_json(e.batch_id, f"process_{p}") for p in range(n)]
-    missing = [p for p, info in enumerate(parts) if info is None]
+    split = SplitResult.load(rt.staging, e.batch_id)
+    if split is None:
+        raise RuntimeError(f"{rt.where(e.batch_id)}: the split after read has staged no result; run read and "
+                           "split of this batch first")
+    n = split.partitions
+    loaded = [PartitionResult.load(rt.staging, e.batch_id, p) for p in range(n)]
+    missing = [p for p, info in enumerate(loaded) if info is None]
     if missing:
         raise RuntimeError(f"{rt.where(e.batch_id)}: partitions {missing} have staged no result")
+    parts = [info for info in loaded if info is not None]
     outputs = [rt.staging.get_table(e.batch_id, f"output_{p}") for p in range(n)]
     outputs = [o for o in outputs if o.num_rows] or [rt.plan.output_schema.empty_table()]
     rt.staging.put_table(e.batch_id, "output", pa.concat_tables(outputs, promote_options="default"))
-    merged = _merge([split] + parts)
+    merged = BatchMetrics.merged(([split.metrics] if split.metrics else []) + [p.metrics for p in parts])
     tokens: dict[str, list] = {}
-    for info in parts:
-        for op_id, ts in info["state_tokens"].items():
+    for part in parts:
+        for op_id, ts in part.state_tokens.items():
             cur = tokens.setdefault(op_id, [None] * n)
-            cur[info["partition"]] = ts[info["partition"]]
-    info = {
-        "event_time": merged["event_time"], "state_versions": parts[0]["state_versions"], "state_tokens": tokens,
-        "next_timers": {}, "state_operators": (_merge_operators([p["state_operators"] for p in parts], merged)
-                                               if parts[0]["state_operators"] else []),
-        "warnings": merged["warnings"], "dead_letters": merged["dead_letters"],
-        "static_versions": merged["static_versions"],
-        "process_ms": split.get("split_ms", 0) + max(p["process_ms"] for p in parts),
-        "partitions": [{k: p[k] for k in ("partition", "num_input_rows", "num_output_rows", "num_state_rows",
-                                          "process_ms")} for p in parts],
-    }
-    rt.staging.put_json(e.batch_id, "process", info)
+            cur[part.partition] = ts[part.partition]
+    info = ProcessResult(
+        event_time=merged.event_time, state_versions=parts[0].state_versions, state_tokens=tokens,
+        next_timers={}, state_operators=(_merge_operators([p.state_operators for p in parts], merged)
+                                         if parts[0].state_operators else []),
+        warnings=merged.warnings, dead_letters=merged.dead_letters, static_versions=merged.static_versions,
+        process_ms=split.split_ms + max(p.process_ms for p in parts),
+        partitions=[p.summary() for p in parts])
+    rt.staging.put_json(e.batch_id, ProcessResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "process")
     return info
 
 
-def _merge(infos: list[dict[str, Any]]) -> dict[str, Any]:
-    """Batch metrics of the split and every partition, as one process step would have counted them."""
-    event_time: dict[str, EventTimeStats] = {}
-    out: dict[str, Any] = {"dropped_by_watermark": {}, "dead_letters": {}, "static_versions": {}, "warnings": []}
-    for info in infos:
-        for k, v in info.get("event_time", {}).items():
-            st = event_time.setdefault(k, EventTimeStats())
-            if v.get("count"):
-                st.add(v["min_ms"], v["max_ms"], v["sum_ms"], v["count"])
-        for key in ("dropped_by_watermark", "dead_letters"):
-            for k, v in info.get(key, {}).items():
-                out[key][k] = out[key].get(k, 0) + int(v)
-        out["static_versions"].update(info.get("static_versions", {}))
-        out["warnings"] += [w for w in info.get("warnings", []) if w not in out["warnings"]]
-    out["event_time"] = {k: vars(v) for k, v in event_time.items()}
-    return out
-
-
-def _merge_operators(per_partition: list[list[dict[str, Any]]], merged: dict[str, Any]) -> list[dict[str, Any]]:
+def _merge_operators(per_partition: list[list[dict[str, Any]]], merged: BatchMetrics) -> list[dict[str, Any]]:
     """Each operator's state metrics summed over partitions (numbers summed, the rest as reported)."""
     out: list[dict[str, Any]] = []
     for i, first in enumerate(per_partition[0]):
@@ -360,6 +333,6 @@ def _merge_operators(per_partition: list[list[dict[str, Any]]], merged: dict[str
         for k, v in first.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "num_partitions":
                 op[k] = sum(ops[i].get(k, 0) for ops in per_partition)
-        op["num_rows_dropped_by_watermark"] = merged["dropped_by_watermark"].get(op["operator_id"], 0)
+        op["num_rows_dropped_by_watermark"] = merged.dropped_by_watermark.get(op["operator_id"], 0)
         out.append(op)
     return out

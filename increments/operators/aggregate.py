@@ -17,127 +17,30 @@ Session windows are built by session_window.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import weakref
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from state.encoding import decode_value, encode_value
 
 from ..errors import AnalysisException
-from ..functions import AggExpr, SessionWindowSpec, WindowSpec
+from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time
 from ..plan import nodes as n
-from ..plan.compiler import register
-from ..sql import run_sql
+from ..plan import validate
+from ..sql import quote_ident, run_sql
+from ..types import state_type_name
+from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .state_util import (columns_pylist, decode_rows, duck_type, encode_rows, partition_sql, q,
-                         split_by_partition, time_bound, to_arrays, us_to_ts, window_struct, write_schema_once)
-from state.encoding import encode_value
-
-
-class Accumulators:
-    """The accumulators of a list of AggExpr over an input schema: partial SQL, merge SQL, finalize."""
-
-    def __init__(self, aggs: tuple[AggExpr, ...], schema: pa.Schema, where: str):
-        self.aggs = aggs
-        self.accs: list[tuple[str, pa.DataType, str, str]] = []   # name, type, partial sql, merge kind
-        self.out_fields: list[pa.Field] = []
-        for a in aggs:
-            if a.func not in ("count", "sum", "min", "max", "avg", "first", "last"):
-                raise AnalysisException(f"{where}: unknown aggregate {a.func!r}")
-            if a.column is not None and a.column not in schema.names:
-                raise AnalysisException(f"{where}: {a.func}({a.column!r}): no such column (columns: {schema.names})")
-            t = schema.field(a.column).type if a.column is not None else None
-            c = q(a.column) if a.column is not None else None
-            name = a.output_name
-            if a.func == "count":
-                self.accs.append((name, pa.int64(), f"count({c})" if c else "count(*)", "add"))
-                self.out_fields.append(pa.field(name, pa.int64()))
-            elif a.func in ("sum", "avg"):
-                if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
-                    raise AnalysisException(f"{where}: {a.func}({a.column!r}) needs a numeric column, not {t}")
-                st = pa.int64() if pa.types.is_integer(t) and a.func == "sum" else pa.float64()
-                dt = "BIGINT" if st == pa.int64() else "DOUBLE"
-                self.accs.append((name + (".sum" if a.func == "avg" else ""), st, f"CAST(sum({c}) AS {dt})", "sum"))
-                if a.func == "avg":
-                    self.accs.append((name + ".count", pa.int64(), f"count({c})", "add"))
-                self.out_fields.append(pa.field(name, st))
-            elif a.func in ("min", "max"):
-                self.accs.append((name, t, f"{a.func}({c})", a.func))
-                self.out_fields.append(pa.field(name, t))
-            else:
-                self.accs.append((name, t, f"{a.func}({c} ORDER BY __rn)", a.func))
-                self.out_fields.append(pa.field(name, t))
-
-    @property
-    def types(self) -> list[pa.DataType]:
-        return [t for _, t, _, _ in self.accs]
-
-    def partial_sql(self) -> str:
-        return ", ".join(f"{sql} AS __a{i}" for i, (_, _, sql, _) in enumerate(self.accs))
-
-    def merge(self, new: pa.Table, old: list[tuple | None]) -> pa.Table:
-        """Accumulators of `new` (columns __a<i>) merged with the old value tuples (None = new group)."""
-        cols: dict[str, Any] = {f"__a{i}": new.column(f"__a{i}") for i in range(len(self.accs))}
-        for i, t in enumerate(self.types):
-            cols[f"__o{i}"] = pa.array([o[i] if o is not None else None for o in old], type=t)
-        cols["__existed"] = pa.array([o is not None for o in old], pa.bool_())
-        fast = self._merge_arrow(cols)
-        if fast is not None:
-            return fast
-        exprs = []
-        for i, (_, _, _, kind) in enumerate(self.accs):
-            a, o = f"__a{i}", f"__o{i}"
-            e = {"add": f"coalesce({o}, 0) + {a}",
-                 "sum": f"CASE WHEN {o} IS NULL THEN {a} WHEN {a} IS NULL THEN {o} ELSE {o} + {a} END",
-                 "min": f"least({o}, {a})", "max": f"greatest({o}, {a})",
-                 "first": f"CASE WHEN __existed THEN {o} ELSE {a} END", "last": a}[kind]
-            exprs.append(f"{e} AS __a{i}")
-        out = run_sql(f"SELECT {', '.join(exprs)} FROM __m", {"__m": pa.table(cols)})
-        return pa.table([out.column(i).cast(t) for i, t in enumerate(self.types)],
-                        names=[f"__a{i}" for i in range(len(self.accs))])
-
-    def _merge_arrow(self, cols: dict[str, Any]) -> pa.Table | None:
-        """`merge` by Arrow compute kernels (the same rules as its SQL); None when a kernel does not
-        support a type, and the SQL decides."""
-        import pyarrow.compute as pc
-        out = []
-        try:
-            for i, (_, t, _, kind) in enumerate(self.accs):
-                a, o = cols[f"__a{i}"], cols[f"__o{i}"]
-                if kind == "add":
-                    m = pc.add(pc.fill_null(o, 0), a)
-                elif kind == "sum":
-                    m = pc.coalesce(pc.add(o, a), o, a)
-                elif kind == "min":
-                    m = pc.min_element_wise(o, a, skip_nulls=True)
-                elif kind == "max":
-                    m = pc.max_element_wise(o, a, skip_nulls=True)
-                elif kind == "first":
-                    m = pc.if_else(cols["__existed"], o, a)
-                else:
-                    m = a
-                out.append(m.cast(t))
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
-            return None
-        return pa.table(out, names=[f"__a{i}" for i in range(len(self.accs))])
-
-    def finalize(self, acc_cols: list[pa.Array]) -> list[pa.Array]:
-        import pyarrow.compute as pc
-        out, i = [], 0
-        for a in self.aggs:
-            if a.func == "avg":
-                s, c = acc_cols[i], acc_cols[i + 1]
-                out.append(pc.if_else(pc.equal(c, 0), pa.scalar(None, pa.float64()),
-                                      pc.divide(s.cast(pa.float64()), c.cast(pa.float64()))))
-                i += 2
-            else:
-                out.append(acc_cols[i])
-                i += 1
-        return out
-
-    def value_fields(self) -> list[tuple[str, str]]:
-        return [(name, duck_type(t)) for name, t, _, _ in self.accs]
+from .key_codec import columns_pylist, decode_rows, encode_rows, time_bound, to_arrays, us_to_ts, window_struct
+from .partitioning import partition_ids, partition_sql, split_by_partition
+from .session_window import build_session_window
+from .state_util import write_schema_once
 
 
 class WindowAggregateOp(PhysicalOp):
@@ -146,9 +49,7 @@ class WindowAggregateOp(PhysicalOp):
     def __init__(self, child: PhysicalOp, keys: tuple, aggs: tuple[AggExpr, ...], mode: str):
         where = "group_by(...).agg"
         cs = child.schema
-        windows = [k for k in keys if isinstance(k, WindowSpec)]
-        if len(windows) > 1:
-            raise AnalysisException(f"{where}: group by at most one F.window(...)")
+        windows = [k for k in keys if isinstance(k, WindowSpec)]   # at most one: plan/validate.py
         self.window: WindowSpec | None = windows[0] if windows else None
         for k in keys:
             col = k.column if isinstance(k, WindowSpec) else k
@@ -195,7 +96,7 @@ class WindowAggregateOp(PhysicalOp):
 
     def key_fields(self) -> list[tuple[str, str]]:
         cs = self.children[0].schema
-        return self._time_fields() + [(k, duck_type(cs.field(k).type)) for k in self.store_plain]
+        return self._time_fields() + [(k, state_type_name(cs.field(k).type)) for k in self.store_plain]
 
     def state_schema(self) -> dict[str, Any]:
         w = self.window
@@ -221,13 +122,12 @@ class WindowAggregateOp(PhysicalOp):
         fast = self._partials_arrow(table, nparts)
         if fast is not None:
             return fast
-        import numpy as np
         used = [k for k in self.store_plain] + [a.column for a in self.acc.aggs if a.column is not None]
         if self.window:
             used.append(self.window.column)
         elif self.time_key:
             used.append(self.time_key)
-        cols = ", ".join(q(c) for c in dict.fromkeys(used))
+        cols = ", ".join(quote_ident(c) for c in dict.fromkeys(used))
         if any(a.func in ("first", "last") for a in self.acc.aggs):
             table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
             cols = (cols + ", " if cols else "") + "__rn"
@@ -237,7 +137,7 @@ class WindowAggregateOp(PhysicalOp):
             w = self.window
             size, slide, off = w.size_ms * 1000, w.slide_ms * 1000, w.start_ms * 1000
             nwin = math.ceil(size / slide)
-            c = q(w.column)
+            c = quote_ident(w.column)
             base = f"SELECT {cols}, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL"
             last = f"(__t - (((__t - {off}) % {slide}) + {slide}) % {slide})"
             if nwin == 1 and size == slide:
@@ -246,10 +146,10 @@ class WindowAggregateOp(PhysicalOp):
                 rel = (f"(SELECT * FROM (SELECT b.*, {last} - r.k * {slide} AS __ws, {last} - r.k * {slide} + {size} AS __we "
                        f"FROM ({base}) b CROSS JOIN range(0, {nwin}) AS r(k)) WHERE __we > __t)")
         elif self.time_key:
-            rel = f"(SELECT *, epoch_us({q(self.time_key)}) AS __tk FROM {rel})"
-        groups = self._time_cols() + [q(k) for k in self.store_plain]
+            rel = f"(SELECT *, epoch_us({quote_ident(self.time_key)}) AS __tk FROM {rel})"
+        groups = self._time_cols() + [quote_ident(k) for k in self.store_plain]
         gsql = ", ".join(groups)
-        pcols = (["__ws"] if self.window else []) + [q(k) for k in self.store_plain]
+        pcols = (["__ws"] if self.window else []) + [quote_ident(k) for k in self.store_plain]
         sel = (gsql + ", " if gsql else "") + self.acc.partial_sql()
         sql = (f"SELECT {sel}, {partition_sql(pcols, nparts)} AS __p FROM {rel} AS __r"
                + (f" GROUP BY {gsql}" if gsql else ""))
@@ -264,8 +164,6 @@ class WindowAggregateOp(PhysicalOp):
         """The same partials as the DuckDB query, by Arrow's hash aggregation, for the common shape:
         a tumbling window (or none), count/sum/min/max/avg over numeric or timestamp columns, and
         plain keys Arrow can group. None when the shape is anything else (DuckDB decides)."""
-        import numpy as np
-        import pyarrow.compute as pc
         w = self.window
         if w is not None and w.size_ms != w.slide_ms:
             return None
@@ -332,7 +230,6 @@ class WindowAggregateOp(PhysicalOp):
             out[f"__a{i}"] = g.column(first + i).cast(t)
         result = pa.table(out)
         pcols = (["__ws"] if w is not None else []) + list(self.store_plain)
-        from .state_util import partition_ids
         return result.append_column("__p", partition_ids(result, pcols, nparts))
 
     #: partials prepared ahead and not (yet) used are dropped beyond this many tables
@@ -363,10 +260,9 @@ class WindowAggregateOp(PhysicalOp):
         return entry[2]
 
     def execute(self, ctx: BatchContext) -> pa.Table:
-        import pyarrow.compute as pc
         table = self.children[0].execute(ctx)
         stores = ctx.stores(self)
-        if not getattr(self, "_schema_written", False):
+        if not self._schema_written:
             write_schema_once(self, ctx, self.key_fields(), self.acc.value_fields())
         if self.watermarked and self.mode != "complete":
             self._route_late(ctx, table)
@@ -390,7 +286,7 @@ class WindowAggregateOp(PhysicalOp):
             if part.num_rows:
                 kcols = columns_pylist(part, keycols)
                 keys = encode_rows(kcols)
-                old += [None if v is None else _decode(v) for v in stores[p].multi_get(keys)]
+                old += [None if v is None else decode_value(v) for v in stores[p].multi_get(keys)]
                 touched.append((p, kcols, keys))
         if touched:  # one merge query for every partition's groups (rows in partition order)
             merged = self.acc.merge(pa.concat_tables([part for part in parts if part.num_rows]), old)
@@ -419,8 +315,6 @@ class WindowAggregateOp(PhysicalOp):
         window), window.end <= WL (SEMANTICS.md rule 5): an input row goes there once when any of
         its windows drops it (a sliding-window row may still count in a later window). A plain
         watermarked time key: key <= WL. Null event times are never late."""
-        import numpy as np
-        import pyarrow.compute as pc
         if not self.late_targets:
             return
         wl_us = ctx.late_watermark(self) * 1000
@@ -473,17 +367,14 @@ class WindowAggregateOp(PhysicalOp):
         return pa.Table.from_arrays(cols, schema=self.schema)
 
 
-def _window_over_windows(node: n.Aggregate) -> n.Aggregate:
+def _window_over_windows(compiler: Any, node: n.Aggregate) -> n.Aggregate:
     """F.window("window", ...) over the window column of an earlier windowed aggregation: Spark
-    windows its event time, window_time(window) = end - 1 µs (verified on 4.3)."""
-    import dataclasses
-
-    from ..functions import window_time
-    from ..plan.compiler import Compiler
+    windows its event time, window_time(window) = end - 1 µs (verified on 4.3). The child's schema
+    comes from a fresh compiler of the same class (`compiler`'s own keeps the operator ids)."""
     if not any(isinstance(k, WindowSpec) for k in node.keys) or not any(
             isinstance(x, n.Aggregate) for x in node.child.walk()):
         return node
-    schema = Compiler(check=False).build(node.child).schema
+    schema = type(compiler)(check=False).build(node.child).schema
     child, keys = node.child, []
     for k in node.keys:
         if (isinstance(k, WindowSpec) and k.column in schema.names
@@ -495,17 +386,11 @@ def _window_over_windows(node: n.Aggregate) -> n.Aggregate:
     return dataclasses.replace(node, child=child, keys=tuple(keys))
 
 
-def _decode(v: bytes) -> tuple:
-    from state.encoding import decode_value
-    return decode_value(v)
-
-
-@register(n.Aggregate)
 def build_aggregate(compiler: Any, node: n.Aggregate) -> PhysicalOp:
+    validate.check_node(node, compiler.output_mode)
     if any(isinstance(k, SessionWindowSpec) for k in node.keys):
-        from .session_window import build_session_window
         return build_session_window(compiler, node)
-    node = _window_over_windows(node)
+    node = _window_over_windows(compiler, node)
     child = compiler.build(node.child)
     mode = compiler.output_mode
     op = WindowAggregateOp(child, node.keys, node.aggs, mode)

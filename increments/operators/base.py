@@ -16,7 +16,7 @@ watermarked input reaches the operator (offset None).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 
@@ -76,7 +76,7 @@ class BatchContext:
         """Send the input rows `op` drops as late ((side, rows) pairs; side None for one input) to
         its late_rows table(s), once per batch (sinks/late_rows.py); progress counts them per
         operator as num_late_rows_written. Nothing happens without a late_rows target."""
-        targets = getattr(op, "late_targets", None)
+        targets = op.late_targets
         if not targets:
             return
         from ..sinks import late_rows
@@ -116,6 +116,21 @@ class PhysicalOp:
     input_watermark_offset_ms: int | None = 0
     #: where rows this operator drops as late go: {side or None: DeadLetter target} (plan/late_rows.py)
     late_targets: dict = {}
+    #: the name `frame.alias(name)` gave this operator's output (set by Compiler.build on the
+    #: aliased node's operator, kept by the filter/with_column stages above it): `name.column`
+    #: references to its columns resolve to them (plan/compiler.py, operators/join_condition.py)
+    alias: str | None = None
+    #: qualified references this operator's output resolves: {qualifier: {column: output column}},
+    #: set by a join (its sides' aliases) and kept by the filter/with_column stages above it;
+    #: None: only `alias` (if any) qualifies its columns
+    qualifiers: dict[str, dict[str, str]] | None = None
+    #: a stateful operator's grouping / dedup key columns, in output order (set by its builder):
+    #: the plan fingerprint records them and an update-mode sink merges on the first ones found
+    #: (execution/runtime.py); () for operators without keys
+    key_columns: Sequence[str] = ()
+    #: True once this operator object wrote state/<operator id>/_schema.json
+    #: (operators/state_util.write_schema_once); a new query object writes it again (create-only)
+    _schema_written: bool = False
 
     def __init__(self, children: list["PhysicalOp"], schema: pa.Schema):
         self.children = children

@@ -19,19 +19,23 @@ Recovery: state version N-1 is loaded and N committed by the engine, so a redo i
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from state.encoding import decode_key, encode_key, encode_value
+
 from ..errors import AnalysisException
 from ..plan import nodes as n
-from ..sql import run_sql
+from ..sql import quote_ident, run_sql
+from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
-from .state_util import (columns_pylist, duck_type, encode_rows, partition_sql, q, side_stores,
-                         split_by_partition, time_bound, write_schema_once)
-from state.encoding import decode_key, encode_key, encode_value
+from .key_codec import columns_pylist, encode_rows, time_bound
+from .partitioning import partition_sql, split_by_partition
+from .state_util import side_stores, write_schema_once
 
 _EMPTY = encode_value(())
 
@@ -67,7 +71,7 @@ class DeduplicateOp(PhysicalOp):
     def key_fields(self) -> list[tuple[str, str]]:
         cs = self.children[0].schema
         time = [(self.event_col, "TIMESTAMPTZ")] if self.time_in_key else []
-        return time + [(c, duck_type(cs.field(c).type)) for c in self.key_cols]
+        return time + [(c, state_type_name(cs.field(c).type)) for c in self.key_cols]
 
     def value_fields(self) -> list[tuple[str, str]]:
         return [("expires_at", "TIMESTAMPTZ")] if self.within else []
@@ -88,8 +92,8 @@ class DeduplicateOp(PhysicalOp):
             if n_late:
                 ctx.count_dropped(self, n_late)
                 table = table.filter(pc.invert(late))
-        keys = ([q(self.event_col)] if self.time_in_key else []) + [q(c) for c in self.key_cols]
-        extra = f", epoch_us({q(self.event_col)}) AS __t" if self.event_col else ""
+        keys = ([quote_ident(self.event_col)] if self.time_in_key else []) + [quote_ident(c) for c in self.key_cols]
+        extra = f", epoch_us({quote_ident(self.event_col)}) AS __t" if self.event_col else ""
         return run_sql(f"SELECT *{extra}, {partition_sql(keys, nparts)} AS __p FROM __in "
                        f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY __rn) = 1 ORDER BY __rn",
                        {"__in": table})
@@ -149,6 +153,5 @@ def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:
         compiler.warnings.append(
             f"drop_duplicates({op.subset}) keeps every key forever (unbounded state): include the watermarked "
             "event-time column in the subset, or use drop_duplicates_within_watermark")
-        import logging
         logging.getLogger("increments.dedup").warning("%s", compiler.warnings[-1])
     return op

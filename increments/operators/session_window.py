@@ -19,16 +19,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from state.encoding import decode_key, decode_value, encode_key, encode_value
 
 from ..errors import AnalysisException
 from ..functions import SessionWindowSpec
-from ..sql import run_sql
-from .aggregate import Accumulators
+from ..plan import validate
+from ..sql import quote_ident, run_sql
+from ..types import state_type_name
+from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .state_util import (columns_pylist, decode_rows, duck_type, partition_sql, q, side_stores, split_by_partition,
-                         time_bound, to_arrays, window_struct, write_schema_once)
-from state.encoding import decode_key, decode_value, encode_key, encode_value
+from .key_codec import columns_pylist, decode_rows, time_bound, to_arrays, window_struct
+from .partitioning import partition_sql, split_by_partition
+from .state_util import side_stores, write_schema_once
 
 _MERGE_AGG = {"add": "sum({a})", "sum": "sum({a})", "min": "min({a})", "max": "max({a})",
               "first": "first({a} ORDER BY __ss, __src, __ord)", "last": "last({a} ORDER BY __ss, __src, __ord)"}
@@ -40,9 +46,7 @@ class SessionWindowOp(PhysicalOp):
     def __init__(self, child: PhysicalOp, keys: tuple, aggs: tuple, mode: str):
         where = "group_by(F.session_window(...)).agg"
         cs = child.schema
-        sessions = [k for k in keys if isinstance(k, SessionWindowSpec)]
-        if len(sessions) > 1 or any(not isinstance(k, (str, SessionWindowSpec)) for k in keys):
-            raise AnalysisException(f"{where}: group by one F.session_window(...) and plain columns only")
+        sessions = [k for k in keys if isinstance(k, SessionWindowSpec)]   # one, with plain keys: plan/validate.py
         self.spec: SessionWindowSpec = sessions[0]
         for k in keys:
             col = k.column if isinstance(k, SessionWindowSpec) else k
@@ -65,7 +69,7 @@ class SessionWindowOp(PhysicalOp):
 
     def key_fields(self) -> list[tuple[str, str]]:
         cs = self.children[0].schema
-        return [(k, duck_type(cs.field(k).type)) for k in self.plain] + [(f"{self.spec.name}_start", "TIMESTAMPTZ")]
+        return [(k, state_type_name(cs.field(k).type)) for k in self.plain] + [(f"{self.spec.name}_start", "TIMESTAMPTZ")]
 
     def value_fields(self) -> list[tuple[str, str]]:
         return [(f"{self.spec.name}_end", "TIMESTAMPTZ")] + self.acc.value_fields()
@@ -78,12 +82,10 @@ class SessionWindowOp(PhysicalOp):
 
     # -- one batch ---------------------------------------------------------------------------
     def _partials(self, ctx: BatchContext, table: pa.Table, nparts: int) -> pa.Table:
-        import numpy as np
-        import pyarrow.compute as pc
         table = table.append_column("__rn", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        keys = [q(k) for k in self.plain]
+        keys = [quote_ident(k) for k in self.plain]
         g = ", ".join(keys + ["__t"])
-        c = q(self.spec.column)
+        c = quote_ident(self.spec.column)
         out = run_sql(f"SELECT {g}, {self.acc.partial_sql()}, {partition_sql(keys, nparts)} AS __p, min(__rn) AS __ord "
                       f"FROM (SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL) GROUP BY {g}",
                       {"__in": table})
@@ -99,7 +101,6 @@ class SessionWindowOp(PhysicalOp):
 
     def _route_late(self, ctx: BatchContext, table: pa.Table) -> None:
         """The input rows dropped as late (t + gap <= WL; null times are never late) to late_rows."""
-        import pyarrow.compute as pc
         if not self.late_targets:
             return
         wl = ctx.late_watermark(self)
@@ -220,12 +221,9 @@ class SessionWindowOp(PhysicalOp):
 
 
 def build_session_window(compiler: Any, node: Any) -> PhysicalOp:
+    validate.check_node(node, compiler.output_mode)   # for compiles that skip validate()
     child = compiler.build(node.child)
     mode = compiler.output_mode
-    if mode == "update":
-        raise AnalysisException(
-            "update output mode is not supported for session window aggregations (as in Spark): use append "
-            "(with a watermark on the session column) or complete output mode")
     op = SessionWindowOp(child, node.keys, node.aggs, mode)
     if mode == "append" and not op.watermarked:
         raise AnalysisException(

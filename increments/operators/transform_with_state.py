@@ -4,7 +4,7 @@ Per batch N, for each state partition p (stores loaded at N-1, committed as N by
 
     rows  = child rows; in event_time mode, if the input has a watermarked event-time column, drop
             rows with event_time <= W_{N-1} (late) and count them (other modes keep late rows)
-    part  = rows of p (md5 of the key columns, as every stateful operator: state_util.partition_sql)
+    part  = rows of p (md5 of the key columns, as every stateful operator: partitioning.partition_sql)
     proc  = shallow copy of the user's processor; proc.init(handle(store p, now, W_N))
     batch 0 with initial_state (Spark 4): for each initial-state row of p, in table order,
             proc.handle_initial_state(key, row, tv) (no output; state and timers of that key)
@@ -41,13 +41,16 @@ import pyarrow.compute as pc
 
 from state.encoding import decode_key, decode_value, encode_key, encode_value
 
+from ..errors import AnalysisException
 from ..plan import nodes as n
 from ..plan.validate import check_node
-from ..sql import run_sql
+from ..sql import quote_ident, run_sql
 from ..stateful_processor import (LIST, MAP, TIMER, VALUE, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
                                   StatefulProcessorHandle, TimerValues, pad_ms, unpad_ms)
+from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
-from .state_util import duck_type, partition_sql, split_by_partition, write_schema_once
+from .partitioning import partition_sql, split_by_partition
+from .state_util import write_schema_once
 
 _VALUE_FIELDS = [("value", "STRUCT"), ("expires_at_ms", "BIGINT"), ("map_key", "STRUCT"),
                  ("list_values", "LIST"), ("list_expires_at_ms", "LIST")]
@@ -74,7 +77,7 @@ class TransformWithStateOp(PhysicalOp):
 
     def state_schema(self) -> dict[str, Any]:
         child = self.children[0].schema
-        key = [("kind", "VARCHAR"), ("name", "VARCHAR")] + [(k, duck_type(child.field(k).type)) for k in self.keys]
+        key = [("kind", "VARCHAR"), ("name", "VARCHAR")] + [(k, state_type_name(child.field(k).type)) for k in self.keys]
         return {"key": [list(f) for f in key + [("sub", "BLOB")]], "value": [list(f) for f in _VALUE_FIELDS],
                 "time_mode": self.time_mode}
 
@@ -90,7 +93,7 @@ class TransformWithStateOp(PhysicalOp):
         table = self._drop_late(ctx, self.children[0].execute(ctx))
         stores = ctx.stores(self)
         write_schema_once(self, ctx, self.state_schema()["key"], self.state_schema()["value"])
-        part_col = run_sql(f"SELECT {partition_sql([_q(k) for k in self.keys], len(stores))} AS __p FROM __in",
+        part_col = run_sql(f"SELECT {partition_sql([quote_ident(k) for k in self.keys], len(stores))} AS __p FROM __in",
                            {"__in": table}).column("__p") if table.num_rows else pa.array([], pa.int32())
         parts = split_by_partition(table.append_column("__p", part_col), len(stores))
         init_parts = self._initial_parts(ctx, len(stores))
@@ -152,7 +155,7 @@ class TransformWithStateOp(PhysicalOp):
         cols = {k: table.column(ik).cast(child.field(k).type) for k, ik in zip(self.keys, self.initial_keys)}
         rest = [c for c in table.column_names if c not in self.initial_keys and c not in cols]
         table = pa.table({**cols, **{c: table.column(c) for c in rest}})
-        part_col = run_sql(f"SELECT {partition_sql([_q(k) for k in self.keys], nparts)} AS __p FROM __in",
+        part_col = run_sql(f"SELECT {partition_sql([quote_ident(k) for k in self.keys], nparts)} AS __p FROM __in",
                            {"__in": table}).column("__p") if table.num_rows else pa.array([], pa.int32())
         return [t.drop_columns(["__p"]) for t in split_by_partition(table.append_column("__p", part_col), nparts)]
 
@@ -292,17 +295,11 @@ def _is_pandas(x: Any) -> bool:
     return type(x).__name__ == "DataFrame" and type(x).__module__.startswith("pandas")
 
 
-def _q(name: str) -> str:
-    from ..sql import quote_ident
-    return quote_ident(name)
-
-
 def _query_info(ctx: BatchContext) -> QueryInfo:
     return QueryInfo(ctx.query_name, "", ctx.batch_id)
 
 
 def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
-    from ..errors import AnalysisException
     child = compiler.build(node.child)
     missing = [k for k in node.keys if k not in child.schema.names]
     if missing:

@@ -11,9 +11,9 @@ inputs' schemas; the pure plan checks are in plan/validate.py).
 
 A node type missing from this table and from Compiler.build is refused ("... is not supported on
 streams yet"). The table is imported by Compiler.build when it first needs it, not when
-plan/compiler.py is imported: the operator modules import plan/compiler.py themselves (their
-`@register` lines, and aggregate / join build sub-plans with Compiler), so a module-level import
-here would be a cycle.
+plan/compiler.py is imported: operators/join.py imports plan/compiler.py itself (its `@register`
+line, and its plan rewrite builds sub-plans with Compiler), so a module-level import here would
+be a cycle. (The aggregation builds its sub-plan with type(compiler), importing no compiler.)
 """
 from __future__ import annotations
 

@@ -35,9 +35,9 @@ from .watermarks import propagate
 
 
 def register(node_type: type):
-    """No-op, kept only so that the `@register(<node type>)` lines still in operators/aggregate.py
-    and operators/join.py keep importing: the node -> builder table is plan/builders.py. Remove
-    this function together with those two lines."""
+    """No-op, kept only so that the `@register(<node type>)` line still in operators/join.py keeps
+    importing: the node -> builder table is plan/builders.py. Remove this function together with
+    that line."""
     def deco(fn):
         return fn
     return deco
@@ -107,7 +107,7 @@ class Compiler:
             return self._sql(node)
         if isinstance(node, n.Alias):
             child = self.build(node.child)
-            child.alias = node.name  # type: ignore[attr-defined]
+            child.alias = node.name
             return child
         if isinstance(node, n.ParseJson):
             return self._parse_json(node)
@@ -145,9 +145,9 @@ class Compiler:
         op.schema = _empty_schema(op.sql, base.schema, label)
         op.event_time_cols = _derived_event_time_cols(node, child.event_time_cols, op.schema.names)
         if quals and isinstance(node, (n.Filter, n.WithColumn)):  # columns kept: so are their qualifiers
-            op.qualifiers = quals  # type: ignore[attr-defined]
-            if getattr(child, "alias", None):
-                op.alias = child.alias  # type: ignore[attr-defined]
+            op.qualifiers = quals
+            if child.alias:
+                op.alias = child.alias
         return op
 
     def _note_scan_filter(self, node: n.Filter) -> None:
@@ -174,9 +174,9 @@ class Compiler:
 
 
 def _qualifiers(op: PhysicalOp) -> dict[str, dict[str, str]] | None:
-    quals = getattr(op, "qualifiers", None)
-    if quals is None and getattr(op, "alias", None):
-        quals = {op.alias: {c: c for c in op.schema.names}}  # type: ignore[attr-defined]
+    quals = op.qualifiers
+    if quals is None and op.alias:
+        quals = {op.alias: {c: c for c in op.schema.names}}
     return quals
 
 

@@ -11,19 +11,20 @@ Rules:
 - transform_with_state's own output mode must match the query's (append/update);
 - node rules (check_node): a union's two sides are streams; transform_with_state is grouped, its
   processor is a StatefulProcessor, its output mode is append or update, and an initial state
-  needs handle_initial_state.
+  needs handle_initial_state; an aggregation groups by at most one F.window, and one with an
+  F.session_window groups by it and plain columns only, in append or complete output mode (as
+  Spark: no update mode for session windows).
 
-validate() runs all of these before anything is built. The builders of Union and
-TransformWithState call check_node too, so a plan compiled without validation (frame.schema,
-frame.explain()) is refused the same way.
+validate() runs all of these before anything is built. The builders of Union,
+TransformWithState and Aggregate (with session windows) call check_node too, so a plan compiled
+without validation (frame.schema, frame.explain()) is refused the same way.
 
 The refusals that need the built inputs' schemas (a missing column, a non-TIMESTAMP event time,
 a join condition that does not type-check, an outer join without watermarks and time bounds) are
 raised by the builders (plan/compiler.py for the stateless nodes, the functions in
 plan/builders.py for the others). Plan-only refusals still raised by builders outside this
 module: operators/join.py (the stream must be the left side; the join types a stream-static join
-supports), operators/session_window.py (update mode), operators/aggregate.py (at most one
-F.window).
+supports).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def validate(root: n.Node, output_mode: str) -> None:
         raise AnalysisException("complete output mode is not supported when there are no streaming aggregations "
                                 "on streaming DataFrames; use append or update")
     for node in root.walk():
-        check_node(node)
+        check_node(node, output_mode)
         if isinstance(node, n.Sort):
             below = [x for x in node.child.walk() if isinstance(x, n.Aggregate)]
             if not (below and output_mode == "complete"):
@@ -64,8 +65,11 @@ def validate(root: n.Node, output_mode: str) -> None:
             _check_append_aggregation(agg)
 
 
-def check_node(node: n.Node) -> None:
-    """The refusals that need only this node (not the output mode nor the inputs' schemas)."""
+def check_node(node: n.Node, output_mode: str | None = None) -> None:
+    """The refusals that need only this node and, when given, the query's output mode (not the
+    inputs' schemas)."""
+    if isinstance(node, n.Aggregate):
+        _check_aggregate_keys(node, output_mode)
     if isinstance(node, n.Union) and not (n.is_streaming(node.left) and n.is_streaming(node.right)):
         raise AnalysisException("union: both sides must be streams (a union of a stream and a static table is "
                                 "not supported)")
@@ -81,6 +85,20 @@ def check_node(node: n.Node) -> None:
         if node.initial_state is not None and not callable(getattr(node.processor, "handle_initial_state", None)):
             raise AnalysisException("transform_with_state: initial_state needs the processor to implement "
                                     "handle_initial_state(key, initial_state_row, timer_values)")
+
+
+def _check_aggregate_keys(node: n.Aggregate, output_mode: str | None) -> None:
+    if any(isinstance(k, SessionWindowSpec) for k in node.keys):
+        where = "group_by(F.session_window(...)).agg"
+        sessions = [k for k in node.keys if isinstance(k, SessionWindowSpec)]
+        if len(sessions) > 1 or any(not isinstance(k, (str, SessionWindowSpec)) for k in node.keys):
+            raise AnalysisException(f"{where}: group by one F.session_window(...) and plain columns only")
+        if output_mode == "update":
+            raise AnalysisException(
+                "update output mode is not supported for session window aggregations (as in Spark): use append "
+                "(with a watermark on the session column) or complete output mode")
+    elif sum(isinstance(k, WindowSpec) for k in node.keys) > 1:
+        raise AnalysisException("group_by(...).agg: group by at most one F.window(...)")
 
 
 def _watermarked_columns(node: n.Node) -> set[str]:

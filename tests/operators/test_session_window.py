@@ -88,6 +88,23 @@ def test_session_update_mode_is_refused(tmp_path):
         sessions(df).write_stream.format("memory").query_name("s_upd").output_mode("update").start()
 
 
+@pytest.mark.parametrize("keys, mode, message", [
+    (lambda: (F.session_window("ts", "5 minutes"), "id"), "update", "update output mode is not supported for session"),
+    (lambda: (F.session_window("ts", "5 minutes"), F.window("ts", "5 minutes")), "complete",
+     "one F.session_window\\(...\\) and plain columns only"),
+    (lambda: (F.window("ts", "5 minutes"), F.window("ts", "10 minutes")), "complete", "at most one F.window"),
+])
+def test_grouping_refusals_without_starting(keys, mode, message):
+    """The plan-only grouping refusals hold when a query starts and when it is only compiled
+    without validation (plan/validate.py check_node, called by the aggregation's builder)."""
+    from increments.plan.compiler import Compiler
+    frame = inc.read_stream.memory("id STRING, ts TIMESTAMP, v BIGINT").group_by(*keys()).count()
+    with pytest.raises(inc.AnalysisException, match=message):
+        frame.write_stream.format("memory").query_name("s_refused").output_mode(mode).start()
+    with pytest.raises(inc.AnalysisException, match=message):
+        Compiler(mode, check=False).compile(frame.node)
+
+
 def test_session_append_needs_watermark(tmp_path):
     df = inc.read_stream.memory("id STRING, ts TIMESTAMP, v BIGINT")
     with pytest.raises(inc.AnalysisException, match="with_watermark"):

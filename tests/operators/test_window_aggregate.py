@@ -231,7 +231,7 @@ def test_arrow_path_declines_what_it_does_not_cover():
 def test_partition_ids_match_the_partition_sql():
     import pyarrow as pa
 
-    from increments.operators.state_util import partition_ids, partition_sql
+    from increments.operators.partitioning import partition_ids, partition_sql
     from increments.sql import run_sql
     t = pa.table({"w": pa.array([-5, 0, 1762000000000000, None, 3], pa.int64()), "c": ["a", None, "c5", "é", ""],
                   "f": [1.5, None, -0.0, 2.0, 1e20]})

@@ -1,0 +1,55 @@
+"""State keys and values of the stateful operators (aggregate, session_window, dedup) as Arrow
+columns and back.
+
+Contract: time values inside state keys are int microseconds since the epoch (UTC), so an
+event-time prefix orders keys by time and eviction by watermark is a range delete up to
+`time_bound(W_ms)` (every key whose leading time is <= W). Keys and values are the tuples of
+state/encoding.py (encode_key / encode_value).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from state.encoding import decode_key, decode_value, encode_key
+
+
+def time_bound(watermark_ms: int) -> bytes:
+    """Exclusive scan end covering every key whose leading int time (us) is <= watermark_ms."""
+    return encode_key((watermark_ms * 1000 + 1,))
+
+
+def columns_pylist(table: pa.Table, names: list[str]) -> list[list[Any]]:
+    return [table.column(c).to_pylist() for c in names]
+
+
+def encode_rows(cols: list[list[Any]], prefix: tuple = ()) -> list[bytes]:
+    """encode_key(prefix + row) for every row of the column lists."""
+    if not cols:
+        return []
+    return [encode_key(prefix + t) for t in zip(*cols)]
+
+
+def decode_rows(rows: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple], list[tuple]]:
+    keys, values = [], []
+    for k, v in rows:
+        keys.append(decode_key(k))
+        values.append(decode_value(v))
+    return keys, values
+
+
+def to_arrays(tuples: list[tuple], types: list[pa.DataType], offset: int = 0) -> list[pa.Array]:
+    """Column i (from `offset`) of a list of tuples as Arrow arrays of the given types."""
+    out = []
+    for i, t in enumerate(types):
+        out.append(pa.array([r[offset + i] for r in tuples], type=t))
+    return out
+
+
+def us_to_ts(arr: pa.Array, t: pa.DataType = pa.timestamp("us", tz="UTC")) -> pa.Array:
+    return arr.cast(pa.int64()).cast(t)
+
+
+def window_struct(start_us: pa.Array, end_us: pa.Array) -> pa.StructArray:
+    return pa.StructArray.from_arrays([us_to_ts(start_us), us_to_ts(end_us)], names=["start", "end"])
