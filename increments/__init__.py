@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+from state.reader import read_state as _read_state
+
 from . import functions
 from .api.reader import DataFrameReader, DataStreamReader
 from .errors import (AnalysisException, ConcurrentRunError, DataLossError, IncompatibleCheckpointError,
@@ -28,7 +30,6 @@ def read_state(checkpoint, operator: str | int | None = None, version: int | Non
     `version` defaults to the last committed batch. The files of a version are the ones its commit
     row names (commits[version].extra["state_tokens"], from the log at `log_url`, else
     INCREMENTS_LOG_URL, else the SQLite log of a local checkpoint), never a losing runner's."""
-    from state.reader import read_state as _read_state
     op = str(operator) if operator is not None else "0"
     loc, version, tokens = _state_tokens(checkpoint, op, version, log_url, storage_options)
     return _read_state(loc, op, version=version, tokens=tokens, storage_options=storage_options, **kw)

@@ -47,6 +47,7 @@ from typing import Any, Iterable, Iterator
 
 from state.encoding import decode_key, decode_value, encode_key, encode_value, prefix_end
 
+from .durations import parse_duration_ms
 from .types import parse_schema
 
 # --- state key layout (every key: (kind, name, *grouping key, sub: bytes)) ------------------
@@ -70,7 +71,6 @@ def _ttl_ms(ttl: Any) -> int | None:
         return None
     if isinstance(ttl, _dt.timedelta):
         return int(ttl.total_seconds() * 1000)
-    from .durations import parse_duration_ms
     ms = parse_duration_ms(ttl)
     if ms <= 0:
         raise ValueError(f"ttl must be positive, got {ttl!r}")

@@ -20,6 +20,9 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from .. import streams
+from ..errors import AnalysisException
+from ..execution.query import StreamingQuery
 from ..execution.runtime import WriterSettings, build_runtime
 from ..triggers import Trigger
 
@@ -120,11 +123,8 @@ class DataStreamWriter:
 
     def start(self, path: str | None = None):
         """Start the query on a background thread; returns a StreamingQuery."""
-        from ..execution.query import StreamingQuery
-        from .. import streams
         name = self._s.query_name
         if name and any(q.name == name and q.is_active for q in streams.active.values()):
-            from ..errors import AnalysisException
             raise AnalysisException(f"a query named {name!r} is already active in this process; stop it first")
         rt = self.build(path)
         return StreamingQuery(rt, self._s.trigger).start()

@@ -12,7 +12,10 @@ import time
 from collections import deque
 from typing import Any
 
+from .. import streams
 from ..errors import IncrementsError, StreamingQueryException
+from ..operators.stateless import ScanOp, WatermarkOp
+from ..storage import redact
 from ..triggers import Trigger
 from . import steps
 from .runtime import QueryRuntime
@@ -100,7 +103,6 @@ class StreamingQuery:
 
     # -- runner -------------------------------------------------------------------------
     def start(self) -> "StreamingQuery":
-        from .. import streams
         self._active = True
         streams.active[self.id] = self
         self._rt.emit("on_query_started", {"id": self.id, "run_id": self.run_id, "name": self.name})
@@ -135,7 +137,6 @@ class StreamingQuery:
                 elif self.trigger.interval_ms:
                     self._wait(self.trigger.interval_ms / 1000 - (time.monotonic() - started))
         except BaseException as e:  # noqa: BLE001 - reported through exception()/await_termination
-            from ..storage import redact
             msg = f"{rt.where(self._batch, self._step)} terminated with exception: {redact(str(e))}"
             if not isinstance(e, IncrementsError):
                 msg += f" ({type(e).__name__})"
@@ -143,7 +144,6 @@ class StreamingQuery:
             self._exception = StreamingQueryException(msg, e)
             self._exception.__cause__ = e
         finally:
-            from .. import streams
             self._active = False
             streams.active.pop(self.id, None)
             try:
@@ -187,7 +187,6 @@ def _prepare_hook(rt: QueryRuntime, index: int) -> Any:
     """The work on source `index`'s rows that can run while they are read ahead: the partials of an
     operator with `prepare` that receives the scan's table object unchanged (through watermark
     nodes only), e.g. scan -> with_watermark -> group_by(window, key).count(). None otherwise."""
-    from ..operators.stateless import ScanOp, WatermarkOp
     nparts = rt.state.partitions
     for op in rt.plan.root.walk():
         if not hasattr(op, "prepare") or len(op.children) != 1:

@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
+from ..sinks import late_rows
+
 
 @dataclass
 class EventTimeStats:
@@ -79,7 +81,6 @@ class BatchContext:
         targets = op.late_targets
         if not targets:
             return
-        from ..sinks import late_rows
         by_path: dict[str, tuple[Any, list]] = {}
         for side, rows in parts:
             t = targets.get(side)

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
+from ..errors import SinkSchemaError
 from .base import Sink, SinkResult
 
 MARKER = "increments_sink_batches"
@@ -152,7 +153,6 @@ class PostgresSink(Sink):
     def _refuse_nul(self, batch_id: int, table: pa.Table) -> None:
         """PostgreSQL text cannot hold a NUL character: SinkSchemaError naming the column, the row
         of the batch's output and its values (before anything is written)."""
-        from ..errors import SinkSchemaError
         for name in table.column_names:
             col = table.column(name)
             if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):

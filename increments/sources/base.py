@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .. import storage
 from ..storage import Location
 
 
@@ -61,7 +62,6 @@ class Source(ABC):
         """Attach to the query's checkpoint (its files under sources/<index>/) before the first plan.
         `checkpoint` is a Location (a path or URL is accepted: made with `storage_options`);
         `storage_options` are the query-level ones."""
-        from .. import storage
         self.checkpoint = storage.location(checkpoint, storage_options)
         self.index, self.query_name = index, query_name
         self.query_storage_options = dict(storage_options or {})

@@ -49,6 +49,7 @@ from ..errors import DataLossError, MalformedInputError
 from ..storage import Location, ObjectInfo
 from ..types import parse_schema
 from . import file_formats
+from .file_changes import check_unchanged
 from .file_listing import LocalCopy, concatenated, name_matches, split_glob, within_bytes
 from .base import Source
 from .prefetch import ReadAhead
@@ -313,7 +314,6 @@ class FileSource(Source):
 
     # -- files that changed after they were read (sources/file_changes.py) ------------------------
     def _check_unchanged(self, start: int, end: int) -> list[str]:
-        from .file_changes import check_unchanged
         return check_unchanged(self, start, end)
 
     def locate(self, start: int, end: int, needles: list[bytes]) -> str | None:

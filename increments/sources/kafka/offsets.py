@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ...errors import DataLossError
+from .topics import recreated, reset_after
 
 log = logging.getLogger("increments.sources.kafka")
 
@@ -163,11 +164,9 @@ class KafkaOffsets:
 
     # -- a topic deleted and recreated (topics.py) ----------------------------------
     def _reset_after(self, start: Any) -> set[str]:
-        from .topics import reset_after
         return reset_after(self, start)
 
     def _recreated(self, start: Any) -> set[str]:
-        from .topics import recreated
         return recreated(self, start)
 
     def _loss(self, topic: str, partition: int, lo: int, hi: int, why: str) -> int:
