@@ -128,24 +128,60 @@ class Listing:
         return out
 
 
+def _local_names(root: str) -> list[str]:
+    """The object names under the local directory ``root`` that list_store can use: the files at
+    its top, and the files inside its snapshot directories (``<v>[.<token>].snapshot/``); temp
+    files (``.tmp-*``) are skipped as the Location's list() skips them. Names only: no stat per
+    file (a store directory holds retention_versions changelogs and ~10 snapshot directories,
+    listed at every cleanup)."""
+    out: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for e in entries:
+        name = e.name
+        if name.startswith(".tmp-"):
+            continue
+        try:
+            is_dir = e.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if not is_dir:
+            out.append(name)
+            continue
+        m = _NAME.match(name)
+        if not m or m.group(3) != "snapshot" or m.group(4) is not None:
+            continue                        # only a snapshot directory holds objects list_store reads
+        for dirpath, dirnames, filenames in os.walk(e.path):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".tmp-")]
+            rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            out += [f"{rel}/{fn}" for fn in filenames if not fn.startswith(".tmp-")]
+    out.sort()
+    return out
+
+
 def list_store(loc) -> Listing:
-    """One LIST of the store directory, parsed (unknown names are ignored)."""
+    """One LIST of the store directory, parsed (unknown names are ignored). On the local disk a
+    names-only scan of the directory (``_local_names``), else the Location's list()."""
     out = Listing()
     dirs: dict[tuple[int, str], list[str]] = {}
-    for o in loc.list():
-        m = _NAME.match(o.name)
+    local = loc.local_path() if loc.is_local else None
+    names = _local_names(local) if local is not None else [o.name for o in loc.list()]
+    for name in names:
+        m = _NAME.match(name)
         if not m:
             continue
         key = (int(m.group(1)), m.group(2) or "")
         kind, sub = m.group(3), m.group(4)
         if kind != "snapshot":
             if sub is None:
-                out.logs[key] = o.name
+                out.logs[key] = name
                 out.log_kinds.add(kind)
         elif sub is None:
-            out.snapshots[key] = [o.name]
+            out.snapshots[key] = [name]
         else:
-            dirs.setdefault(key, []).append(o.name)
+            dirs.setdefault(key, []).append(name)
     for key, names in dirs.items():
         complete = any(n.endswith("/" + META) for n in names)
         (out.snapshots if complete else out.partial)[key] = names

@@ -243,14 +243,19 @@ def test_unknown_provider():
 
 # --- crashes: a subprocess SIGKILLs itself between two commit steps --------------------
 
+# RocksDB snapshots on the local disk hard-link the checkpoint's files and write only _meta.json
+# with put (rocksdb_provider._upload_snapshot): there "put:before:2" (changelog on) and
+# "put:before:1" (off) stop a snapshot with every file linked but no _meta.json; on S3 each file
+# is a put, so the points stop it before its first object and, "put:before:3", part-way.
 CRASH_POINTS = {
     ("memory", True): ["put:before:1", "put:after:1", "_write_snapshot:before:1", "put:before:2", "put:after:2",
                        "_cleanup:before:1"],
     ("rocksdb", True): ["put:before:1", "put:after:1", "_apply_local:before:1", "_apply_local:after:1",
-                        "_upload_snapshot:before:1", "put:before:3", "_cleanup:before:1"],
+                        "_upload_snapshot:before:1", "put:before:2", "put:before:3", "_cleanup:before:1"],
     ("rocksdb", False): ["_apply_local:after:1", "put:before:1", "put:after:1", "put:before:3",
                          "_cleanup:before:1"],
 }
+LOCAL_PUTS = {("rocksdb", True): 2, ("rocksdb", False): 1}   # puts of a local snapshot commit
 CRASH_CASES = [(n, c, pt) for (n, c), pts in CRASH_POINTS.items() for pt in pts]
 
 
@@ -271,6 +276,9 @@ def run_commit(name, changelog, ckpt, local, version, crash=None, parent=None):
 @pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("name,changelog,crash", CRASH_CASES)
 def test_crash_between_commit_steps(request, tmp_path, storage, name, changelog, crash):
+    target, _, nth = crash.split(":")
+    if storage == "local" and target == "put" and int(nth) > LOCAL_PUTS.get((name, changelog), 99):
+        pytest.skip("a local RocksDB snapshot makes fewer puts (its files are hard-linked)")
     ckpt, local = checkpoint_url(request, tmp_path, storage), str(tmp_path / "local")
     conf = {"changelog_checkpointing": changelog, "snapshot_interval": 3, "local_dir": local}
     with make_provider(name, ckpt, **conf) as p:
@@ -404,3 +412,27 @@ def test_cleanup_removes_temp_files_a_killed_local_write_left(tmp_path):
     with make_provider("memory", str(tmp_path / "ckpt"), snapshot_interval=2) as p:
         build(p, 2)                              # 2 is a cleanup version
     assert not old.exists() and new.exists()
+
+
+@pytest.mark.parametrize("name", ["memory", "rocksdb"])
+def test_local_listing_matches_the_location_list(tmp_path, name):
+    """list_store's names-only scan of a local store directory sees what the Location's list()
+    sees: logs, complete and partial snapshots (file or directory), no temp files."""
+    from increments import storage
+    from state import files
+    ckpt, local = str(tmp_path / "ckpt"), str(tmp_path / "local")
+    with make_provider(name, ckpt, snapshot_interval=3, retention_versions=100, local_dir=local) as p:
+        build(p, 7)
+    loc = storage.location(ckpt).child("state", "op", "0")
+    root = loc.local_path()
+    os.makedirs(os.path.join(root, "8.abc.snapshot"))                 # partial: no _meta.json
+    open(os.path.join(root, "8.abc.snapshot", "CURRENT"), "w").close()
+    open(os.path.join(root, ".tmp-x"), "w").close()
+    os.makedirs(os.path.join(root, "9.changelog.dir"))                # not a store object
+    open(os.path.join(root, "9.changelog.dir", "f"), "w").close()
+    fast = files.list_store(loc)
+    orig = loc.local_path
+    loc.local_path = lambda name="": None if name == "" else orig(name)   # force the list() path
+    slow = files.list_store(loc)
+    assert fast == slow
+    assert fast.snapshots and (8, "abc") in fast.partial and fast.latest() == 7
