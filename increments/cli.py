@@ -46,6 +46,13 @@ import os
 import sys
 from typing import Any
 
+from . import storage
+from .checkpoint.drains import DRAINS, DrainLog
+from .checkpoint.identity import LOG_FILE, QUERIES, Identities, describe_url, read_log_file, show
+from .checkpoint.log import BatchLog, open_log, resolve_log_url
+from .checkpoint.metadata import read_metadata
+from .errors import IncrementsError
+
 
 def _fmt_ts(ms: int | None) -> str:
     if not ms:
@@ -60,7 +67,6 @@ def _compact(v: Any) -> str:
 
 def _resolve(query: str, checkpoint: str | None, log_url: str | None,
              storage_options: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
-    from . import storage
     if checkpoint:
         return checkpoint, log_url, storage_options
     if os.path.isdir(query) or storage.scheme_of(query):
@@ -93,9 +99,6 @@ def history_rows(checkpoint: Any, log_url: str | None = None, limit: int = 50,
                  storage_options: dict[str, Any] | None = None) -> tuple[str, list[dict[str, Any]], list]:
     """(query name, one dict per batch, drains) from the log of the query at `checkpoint` (a path,
     URL or Location)."""
-    from . import storage
-    from .checkpoint.log import open_log
-    from .checkpoint.metadata import read_metadata
     loc = storage.location(checkpoint, storage_options)
     meta = read_metadata(loc)
     if meta is None:
@@ -116,7 +119,6 @@ def history_rows(checkpoint: Any, log_url: str | None = None, limit: int = 50,
             "durations": " ".join(f"{k}={v}" for k, v in sorted(d.items()) if k != "trigger_execution") or "-",
             "attempt": off.attempt,
         })
-    from .checkpoint.drains import DrainLog
     drains = DrainLog(log.engine, meta["id"]).recent(10)
     return log.query_name, rows, drains
 
@@ -144,8 +146,6 @@ def _storage_options(pairs: list[str] | None) -> dict[str, str]:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from . import storage
-    from .errors import IncrementsError
     checkpoint, log_url, opts = _resolve(args.query, args.checkpoint, args.log_url,
                                          _storage_options(args.storage_option))
     storage.remember_secrets(opts)
@@ -171,11 +171,6 @@ def migrate_log(checkpoint: Any, to_url: str, from_url: str | None = None,
     returns the rows copied per table."""
     import sqlalchemy as sa
 
-    from . import storage
-    from .checkpoint.drains import DRAINS
-    from .checkpoint.identity import LOG_FILE, QUERIES, Identities, describe_url, read_log_file
-    from .checkpoint.log import BatchLog, resolve_log_url
-    from .checkpoint.metadata import read_metadata
     loc = storage.location(checkpoint, storage_options)
     meta = read_metadata(loc)
     if meta is None:
@@ -190,7 +185,6 @@ def migrate_log(checkpoint: Any, to_url: str, from_url: str | None = None,
     recorded = read_log_file(loc)
     ident = Identities(src.engine).get(qid)
     if ident is not None and ident.get("moved_to"):
-        from .checkpoint.identity import show
         raise SystemExit(f"increments migrate-log: this log of query id {qid} was already copied to "
                          f"{show(ident['moved_to'])}; nothing was copied")
     if recorded is not None and (ident is None or ident["log_id"] != recorded.get("log_id")):
@@ -215,8 +209,6 @@ def migrate_log(checkpoint: Any, to_url: str, from_url: str | None = None,
 
 
 def cmd_migrate_log(args: argparse.Namespace) -> int:
-    from . import storage
-    from .errors import IncrementsError
     opts = _storage_options(args.storage_option)
     storage.remember_secrets(opts)
     try:
@@ -230,8 +222,6 @@ def cmd_migrate_log(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the changed query may restart on its checkpoint, 1 when not (increments.lifecycle.check)."""
-    from . import storage
-    from .errors import IncrementsError
     from .lifecycle.check import check, load_writer
     writer, path = load_writer(args.query)
     opts = _storage_options(args.storage_option)
@@ -249,8 +239,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Backfill the changed query on a new checkpoint and switch its Delta sink over
     (increments.lifecycle.migrate)."""
-    from . import storage
-    from .errors import IncrementsError
     from .lifecycle.check import load_writer
     from .lifecycle.migrate import migrate
     if args.no_sink_check and not args.backfill_from_sink:

@@ -15,6 +15,10 @@ import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
+from .. import storage
+from ..checkpoint.metadata import _read_conf, read_metadata
+from ..execution.runtime import start_conf
+from ..sinks.delta import open_table, schema_difference
 
 SPARK_DOC = "Spark: Structured Streaming guide, 'Recovery Semantics after Changes in a Streaming Query'"
 
@@ -95,9 +99,6 @@ def _call(fn: Callable) -> tuple[Any, str | None]:
 def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
           storage_options: dict[str, Any] | None = None) -> Report:
     """Compare the writer's query with its checkpoint; writes nothing."""
-    from .. import storage
-    from ..checkpoint.metadata import _read_conf, read_metadata
-    from ..execution.runtime import start_conf
     s = dataclasses.replace(writer.settings, options=dict(writer.settings.options))
     if path is not None and not s.path:
         s.path = path
@@ -130,7 +131,6 @@ def _sink_schema(sink: Any, plan: Any, mode: str, opts: dict[str, Any]) -> list[
         return []
     import pyarrow as pa
 
-    from ..sinks.delta import open_table, schema_difference
     dt = open_table(sink.path, {**opts, **sink.own_storage_options} or None)
     if dt is None:
         return []

@@ -60,7 +60,13 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from .. import storage
+from ..checkpoint.log import open_log
+from ..checkpoint.metadata import _read_conf, read_metadata
 from ..errors import AnalysisException, DataLossError
+from ..execution.runtime import start_conf
+from ..plan import nodes as n
+from ..sinks.delta import open_table
 from ..sources.base import Source
 
 #: the rows check reads the source again for at most this many of the old query's last batches with data
@@ -126,7 +132,6 @@ class SinkBackfill:
         reads from the old table (cast to the source's types), every other column null. An old
         batch whose rows in the table differ in number from its commit entry's num_output_rows
         fails (DataLossError naming the batch and version)."""
-        from .. import storage
         loc = storage.location(self.table, self.storage_options)
         by_id = {b.batch_id: b for b in self.batches}
         pieces = []
@@ -160,7 +165,6 @@ def refusal(query: str, table: str, why: str) -> AnalysisException:
 def _read_add(loc: Any, add: dict, opts: dict[str, Any]) -> pa.Table:
     import pyarrow.parquet as pq
 
-    from .. import storage
     rel = unquote(add["path"])
     if "://" in rel or os.path.isabs(rel):
         parent, _, name = rel.rpartition("/")
@@ -230,11 +234,6 @@ def _table_history(query: str, table: str, loc: Any, old_id: str, last: int, lat
 
 def plan_backfill(writer: Any, sink_path: str, opts: dict[str, Any], query: str) -> SinkBackfill:
     """Check the contract (module doc) and gather what the backfill reads; writes nothing."""
-    from .. import storage
-    from ..checkpoint.log import open_log
-    from ..checkpoint.metadata import _read_conf, read_metadata
-    from ..execution.runtime import start_conf
-    from ..sinks.delta import open_table
     from .migrate import _sink_fingerprint
     s = writer.settings
     shown = storage.redact_url(sink_path)
@@ -421,7 +420,6 @@ class SinkBackfillSource(Source):
 
 def replace_source(node: Any, new: Source) -> Any:
     """The logical plan with its (single) source replaced by `new`."""
-    from ..plan import nodes as n
     if isinstance(node, n.SourceNode):
         return dataclasses.replace(node, source=new)
     changes = {f.name: replace_source(getattr(node, f.name), new) for f in dataclasses.fields(node)
@@ -442,7 +440,6 @@ def backfill_writer(writer: Any, bf: SinkBackfill) -> Any:
 
 
 def _find_source(node: Any) -> Source:
-    from ..plan import nodes as n
     if isinstance(node, n.SourceNode):
         return node.source
     for f in dataclasses.fields(node):

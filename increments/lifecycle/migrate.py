@@ -34,7 +34,14 @@ import dataclasses
 import os
 from typing import Any, Callable
 
+from .. import storage
+from ..checkpoint.log import open_log
+from ..checkpoint.metadata import _read_conf, read_metadata
 from ..errors import AnalysisException
+from ..execution.runtime import start_conf
+from ..plan import nodes as n
+from ..sinks.delta import commit_properties, open_table, read_table
+from .from_sink import _key, backfill_writer, check_rows, plan_backfill
 
 
 @dataclasses.dataclass
@@ -49,7 +56,6 @@ class MigrateResult:
 
 def _earliest(node: Any) -> None:
     """Every Kafka source of the logical plan reads from the earliest offsets."""
-    from ..plan import nodes as n
     if isinstance(node, n.SourceNode):
         if hasattr(node.source, "starting_offsets"):
             node.source.starting_offsets = "earliest"
@@ -61,7 +67,6 @@ def _earliest(node: Any) -> None:
 
 
 def _sink_fingerprint(writer: Any, path: str, opts: dict[str, Any]) -> Any:
-    from ..execution.runtime import start_conf
     s = dataclasses.replace(writer.settings, path=path, options=dict(writer.settings.options))
     return start_conf(writer.frame, s, opts)[2]["plan"]["sink"]
 
@@ -69,7 +74,6 @@ def _sink_fingerprint(writer: Any, path: str, opts: dict[str, Any]) -> Any:
 def _point_conf_at_sink(loc: Any, writer: Any, sink_path: str, opts: dict[str, Any]) -> None:
     """After the switch: the new checkpoint's fixed plan names the original sink path (the next
     start compares with it; its log identity row follows at that start)."""
-    from ..checkpoint.metadata import _read_conf
     conf = _read_conf(loc)
     conf["plan"] = {**conf["plan"], "sink": _sink_fingerprint(writer, sink_path, opts)}
     loc.write_json("conf.json", conf)
@@ -77,8 +81,6 @@ def _point_conf_at_sink(loc: Any, writer: Any, sink_path: str, opts: dict[str, A
 
 def _committed_end(log_url: str | None, loc: Any) -> dict[str, Any] | None:
     """The end offsets (per source index) of the last batch the checkpoint's log committed."""
-    from ..checkpoint.log import open_log
-    from ..checkpoint.metadata import read_metadata
     meta = read_metadata(loc)
     if meta is None:
         return None
@@ -131,8 +133,6 @@ def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str,
     """--backfill-from-sink (lifecycle/from_sink.py): check the contract, then one drain of the changed
     query reading the old table under the old query's offsets; the new checkpoint's log then ends at
     the old query's last committed offsets, where the source drains continue."""
-    from .. import storage
-    from .from_sink import backfill_writer, check_rows, plan_backfill
     name = drain.settings.query_name or storage.redact_url(sink_path)
     bf = plan_backfill(writer, sink_path, opts, name)
     if sink_check:
@@ -150,7 +150,6 @@ def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str,
            f"{rounds[-1]['input_rows']} input rows")
     if on_round is not None:
         on_round(rounds[-1])
-    from .from_sink import _key
     if end is None or _key(end) != _key(bf.last):
         raise AnalysisException(f"increments migrate --backfill-from-sink: query {name!r}: after the backfill from "
                                 f"{bf.table} the new checkpoint {new_loc.url} stands at offsets {_json(end)}, not at "
@@ -161,7 +160,6 @@ def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str,
 def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None:
     """The old checkpoint can no longer write into the switched table: build_runtime refuses a
     checkpoint holding retired.json, naming the new one."""
-    from .. import storage
     if not old:
         return
     loc = storage.location(old, opts)
@@ -179,11 +177,6 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
     `backfill`: "earliest" or "from-sink" (lifecycle/from_sink.py; `sink_check=False` skips its
     rows check). Each drain's summary goes to `on_round` ({"round", "phase": "sink" | "source",
     "batches", "input_rows", "last_batch_id", "caught_up"})."""
-    from .. import storage
-    from ..checkpoint.log import open_log
-    from ..checkpoint.metadata import read_metadata
-    from ..checkpoint.metadata import _read_conf
-    from ..sinks.delta import commit_properties, read_table
     if backfill not in ("earliest", "from-sink"):
         raise AnalysisException(f"increments migrate: unknown backfill {backfill!r}")
     s = writer.settings
@@ -233,14 +226,12 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
     last = log.latest_commit()
     last_id = last.batch_id if last is not None else None
     from deltalake import write_deltalake
-    from ..sinks.delta import open_table
     if (_read_conf(new_loc).get("plan") or {}).get("sink") != _sink_fingerprint(drain, staging_table, opts):
         raise AnalysisException(f"increments migrate: the checkpoint {new_loc.url} was switched over to the sink "
                                 "already (or belongs to another query); run the changed query on it")
     if open_table(staging_table, opts or None) is not None:
         table = read_table(staging_table, opts or None)[0]
     else:       # no output yet (e.g. windows still open): the switch empties the old result
-        from ..execution.runtime import start_conf
         table = start_conf(drain.frame, drain.settings, opts)[0].output_schema.empty_table()
     version = None
     if table is not None and last_id is not None:
