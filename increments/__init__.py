@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from state.reader import read_state as _read_state
 
-from . import functions
+from . import functions, storage
 from .api.reader import DataFrameReader, DataStreamReader
 from .errors import (AnalysisException, ConcurrentRunError, DataLossError, IncompatibleCheckpointError,
                      IncrementsError, MalformedInputError, StreamingQueryException)
 from .execution.listeners import StreamingQueryListener, StreamingQueryManager
+from .sinks import dead_letter
 from .sinks.memory import memory_batches, memory_table
 
 __version__ = "0.1.0"
@@ -49,8 +50,7 @@ def _state_tokens(checkpoint, operator: str, version: int | None, log_url: str |
     """(Location, version, {partition: token} or None) of an operator's state from the query's log."""
     import os
 
-    from . import storage
-    from .checkpoint.log import open_log
+    from .checkpoint.log import open_log  # not at module level: the SQL log loads SQLAlchemy
     from .checkpoint.metadata import read_metadata
     loc = storage.location(checkpoint, storage_options)
     meta = read_metadata(loc)
@@ -65,13 +65,6 @@ def _state_tokens(checkpoint, operator: str, version: int | None, log_url: str |
         return loc, version, None
     tokens = (commit.extra.get("state_tokens") or {}).get(operator)
     return loc, commit.batch_id, ({i: t for i, t in enumerate(tokens)} if tokens else None)
-
-
-def __getattr__(name: str):
-    if name == "dead_letter":
-        from .sinks import dead_letter
-        return dead_letter
-    raise AttributeError(name)
 
 
 __all__ = ["functions", "read_stream", "read", "streams", "read_state", "state_view", "memory_table",
