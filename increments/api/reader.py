@@ -11,6 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .. import storage
+from ..execution.batch_sizing import mark_auto
 from ..plan import nodes as n
 from .frame import StreamFrame
 from .static import StaticTable, as_static_node  # noqa: F401  (as_static_node: re-exported)
@@ -32,7 +34,6 @@ def _is_auto(limit: Any) -> bool:
 
 
 def _auto(source: Any, unit: str, attribute: str) -> Any:
-    from ..execution.batch_sizing import mark_auto
     return mark_auto(source, unit, attribute)
 
 
@@ -85,7 +86,6 @@ class DataFrameReader:
         """The Delta table at `path`, re-read at its latest version every batch."""
         import os
 
-        from .. import storage
         path = os.fspath(path)
         storage.check_scheme(path, "read.delta: path")
         storage.remember_secrets(storage_options)
@@ -105,7 +105,6 @@ class DataFrameReader:
         """The files at `path`, re-read every batch: a single file, a directory's files (no
         recursion) or a glob's matching files, in name order (names with a segment starting with
         '.' or '_' are ignored). A path that does not exist fails the load, naming it."""
-        from .. import storage
         from ..sources.files import FileSource
         src = FileSource(path, format, schema, storage_options=storage_options, **options)
 
