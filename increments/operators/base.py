@@ -159,6 +159,12 @@ class PhysicalOp:
         """Key and value fields of this operator's state (for the checkpoint's compatibility check)."""
         return None
 
+    def columns_read(self, needed: set[str] | None) -> set[str] | None:
+        """The input columns this operator reads, given the columns needed of its output (None:
+        all of them); None means every input column (the default). Only single-input operators
+        are asked (plan/compiler.py prune_scans): an override lets the scans below read fewer."""
+        return None
+
     def output_watermark_offset(self, input_offset_ms: int | None) -> int | None:
         """The watermark this operator passes downstream, as an offset behind the global one, given
         its input's. Stateless operators and most stateful ones pass their input's on unchanged; a

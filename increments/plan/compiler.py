@@ -268,7 +268,7 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
 
 def prune_scans(root: PhysicalOp) -> dict[int, list[str]]:
     """The columns each streaming scan must produce, walking down from the output (which needs all
-    of its columns). Conservative: an operator that does not declare what it reads
+    of its columns). Conservative: an operator that does not override PhysicalOp.columns_read
     (`columns_read(needed) -> set | None`, None meaning every input column) needs all of its
     input; so only chains like scan -> with_watermark -> group_by(...).agg(...) are pruned."""
     out: dict[int, list[str]] = {}
@@ -278,8 +278,7 @@ def prune_scans(root: PhysicalOp) -> dict[int, list[str]]:
             if needed is not None and set(op.schema.names) - needed:
                 out[op.source_index] = [c for c in op.schema.names if c in needed]
             return
-        reads = getattr(op, "columns_read", None)
-        child_needed = reads(needed) if reads is not None and len(op.children) == 1 else None
+        child_needed = op.columns_read(needed) if len(op.children) == 1 else None
         for c in op.children:
             walk(c, child_needed)
     walk(root, None)
