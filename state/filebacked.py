@@ -95,7 +95,9 @@ class FileBackedProvider(StateStoreProvider):
         token = files.new_token(rows)
         meta = {"version": version, "token": token, "parent": store.token, "rows": rows}
         keep = version - self.retention_versions - 2 * self.snapshot_interval   # older entries cannot be a bound
-        lineage = {v: t for v, t in self._lineages.get(key, {}).items() if v >= keep}
+        lineage = dict(self._lineages.get(key, {}))      # a new map: background cleanups may read the old one
+        if lineage and min(lineage) < keep:
+            lineage = {v: t for v, t in lineage.items() if v >= keep}
         lineage[version] = token
         self._write_version(store, meta, keys, values, lineage)
         self._lineages[key] = lineage

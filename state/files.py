@@ -153,12 +153,28 @@ def _local_names(root: str) -> list[str]:
         m = _NAME.match(name)
         if not m or m.group(3) != "snapshot" or m.group(4) is not None:
             continue                        # only a snapshot directory holds objects list_store reads
-        for dirpath, dirnames, filenames in os.walk(e.path):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".tmp-")]
-            rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
-            out += [f"{rel}/{fn}" for fn in filenames if not fn.startswith(".tmp-")]
+        _walk_names(e.path, name, out)
     out.sort()
     return out
+
+
+def _walk_names(path: str, rel: str, out: list[str]) -> None:
+    """The files below ``path`` as ``rel/...`` names, temp files and directories skipped."""
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for e in entries:
+        if e.name.startswith(".tmp-"):
+            continue
+        try:
+            is_dir = e.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if is_dir:
+            _walk_names(e.path, f"{rel}/{e.name}", out)
+        else:
+            out.append(f"{rel}/{e.name}")
 
 
 def list_store(loc) -> Listing:

@@ -12,7 +12,10 @@ sha1(checkpoint url)[:16])`` (0700, refused when another user owns it or others 
   not fail: it works in a private ``proc-<pid>-<random>/db`` beside it, removed on close (and by
   the next claimant when its process is gone). Which runner's result counts is decided by the
   commit log's fence, not by this lock.
-* The working copy's ``meta`` column family records {version, token, rows, lineage}; a provider
+* The working copy's ``meta`` column family records {version, token, rows} under ``meta`` and the
+  lineage one key per version (``lineage:<8-byte big-endian version>`` -> token), so a commit
+  writes the one new entry and deletes the ones retention let go, not the whole map (working
+  copies of earlier releases kept the map in ``meta``; their first write moves it to keys); a provider
   reuses a working copy only when that matches the authoritative (version, token) and the rows the
   checkpoint records for it (state.rocksdb_provider); otherwise it is rebuilt from the checkpoint.
 """
@@ -29,6 +32,11 @@ from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
 from .base import StateStoreError
 
 _META_KEY = b"meta"
+_LINEAGE = b"lineage:"
+
+
+def _lineage_key(version: int) -> bytes:
+    return _LINEAGE + version.to_bytes(8, "big")
 
 
 def _options() -> Options:
@@ -49,26 +57,44 @@ class Working:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self.db = Rdict(path, _options(), column_families={"meta": Options(raw_mode=True)})
         self.meta_cf = self.db.get_column_family_handle("meta")
-        raw = self.db.get_column_family("meta").get(_META_KEY)
+        cf = self.db.get_column_family("meta")
+        raw = cf.get(_META_KEY)
         m = json.loads(raw) if raw else {}
         self.version = int(m.get("version", -1))
         self.token = str(m.get("token", ""))
         self.rows = int(m.get("rows", 0))
-        self.lineage = {int(v): str(t) for v, t in (m.get("lineage") or {}).items()}
+        self._keyed = "lineage" not in m      # False: an earlier release's map in meta, not yet in keys
+        if self._keyed:
+            n = len(_LINEAGE)
+            self.lineage = {}
+            for k, t in cf.items(from_key=_LINEAGE):
+                if not k.startswith(_LINEAGE):
+                    break
+                self.lineage[int.from_bytes(k[n:], "big")] = t.decode()
+        else:
+            self.lineage = {int(v): str(t) for v, t in m["lineage"].items()}
 
     def write(self, keys: list[bytes], values: list, version: int, token: str, rows: int,
               lineage: dict[int, str]) -> None:
-        """Apply the changes and the new meta in one WriteBatch."""
+        """Apply the changes, the new meta and the lineage's changed entries in one WriteBatch.
+        ``lineage`` is kept by reference: the caller replaces its lineage maps, never mutates them."""
         wb = WriteBatch(raw_mode=True)
         for k, v in zip(keys, values):
             if v is None:
                 wb.delete(k)
             else:
                 wb.put(k, v)
-        meta = {"version": version, "token": token, "rows": rows, "lineage": {str(v): t for v, t in lineage.items()}}
-        wb.put(_META_KEY, json.dumps(meta).encode(), self.meta_cf)
+        cf = self.meta_cf
+        old = self.lineage if self._keyed else {}
+        if lineage is not old:
+            for v, t in lineage.items() - old.items():
+                wb.put(_lineage_key(v), t.encode(), cf)
+            for v in old.keys() - lineage.keys():
+                wb.delete(_lineage_key(v), cf)
+        wb.put(_META_KEY, json.dumps({"version": version, "token": token, "rows": rows}).encode(), cf)
         self.db.write(wb)
-        self.version, self.token, self.rows, self.lineage = version, token, rows, dict(lineage)
+        self.version, self.token, self.rows, self.lineage = version, token, rows, lineage
+        self._keyed = True
 
     def is_empty(self) -> bool:
         return next(iter(self.db.keys()), None) is None

@@ -180,3 +180,41 @@ def test_two_runner_processes_both_get_a_working_copy(request, tmp_path, storage
     with make_provider("rocksdb", ckpt, **dict(conf, local_dir=str(tmp_path / "fresh"))) as p:
         assert content(p.open("op", 0, 5, mine)) == model5
         assert content(p.open("op", 0, 5, theirs)) == {**models[4], b"holder": b"1"}
+
+
+def test_the_lineage_survives_a_reopen_and_retention_and_an_earlier_release_s_copy_is_read(tmp_path):
+    """The working copy keeps the lineage one key per version: after commits past retention and a
+    reopen it holds exactly the provider's lineage; a copy of an earlier release (the map inside
+    ``meta``) is reused as is, and its next commit moves the map to keys."""
+    import json
+
+    from rocksdict import WriteBatch
+    ckpt, local = str(tmp_path / "ckpt"), str(tmp_path / "w")
+    conf = {"local_dir": local, "snapshot_interval": 2, "retention_versions": 3}
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        models = build(p, 12)
+        s = p.open("op", 0, 12)
+        expected, path, token = dict(p._lineages[("op", 0)]), s._w.path, s.token
+    assert min(expected) >= 12 - 3 - 2 * 2 and expected[12] == token
+    w = Working(path)
+    assert (w.version, w.token, w.lineage) == (12, token, expected)
+    # rewrite it as an earlier release did: the lineage inside meta, no lineage keys
+    wb = WriteBatch(raw_mode=True)
+    for v in expected:
+        wb.delete(b"lineage:" + v.to_bytes(8, "big"), w.meta_cf)
+    wb.put(b"meta", json.dumps({"version": 12, "token": token, "rows": w.rows,
+                                "lineage": {str(v): t for v, t in expected.items()}}).encode(), w.meta_cf)
+    w.db.write(wb)
+    w.close()
+    w = Working(path)
+    assert w.lineage == expected and not w._keyed
+    w.close()
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        s = p.open("op", 0, 12, token)
+        assert s._w.path == path and content(s) == models[12]     # reused, not rebuilt
+        apply_batch(s, 13)
+        s.commit(13)
+        after = dict(p._lineages[("op", 0)])
+    w = Working(path)
+    assert w._keyed and w.version == 13 and w.lineage == after and after[12] == token
+    w.close()
