@@ -5,8 +5,6 @@
 """
 from __future__ import annotations
 
-from state.reader import read_state as _read_state
-
 from . import functions, storage
 from .api.reader import DataFrameReader, DataStreamReader
 from .errors import (AnalysisException, ConcurrentRunError, DataLossError, IncompatibleCheckpointError,
@@ -31,6 +29,9 @@ def read_state(checkpoint, operator: str | int | None = None, version: int | Non
     `version` defaults to the last committed batch. The files of a version are the ones its commit
     row names (commits[version].extra["state_tokens"], from the log at `log_url`, else
     INCREMENTS_LOG_URL, else the SQLite log of a local checkpoint), never a losing runner's."""
+    # not at module level: state imports increments (storage, types), so `import state` first
+    # runs this module while state.reader is still loading
+    from state.reader import read_state as _read_state
     op = str(operator) if operator is not None else "0"
     loc, version, tokens = _state_tokens(checkpoint, op, version, log_url, storage_options)
     return _read_state(loc, op, version=version, tokens=tokens, storage_options=storage_options, **kw)
