@@ -38,12 +38,11 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
             plan = steps.load_plan(rt, n)
             info = steps.read_batch(rt, plan)
             return info, partitioned.split_batch(rt, plan)
-        info, split = guarded(spec, context, "read", n, run)
-        rows = sum(s.get("num_input_rows", 0) for s in info.get("sources", []))
-        context.log.info(f"batch {n}: {rows} input rows; rows per state partition {split['rows']}")
-        for p in range(int(split["partitions"])):
+        read, split = guarded(spec, context, "read", n, run)
+        context.log.info(f"batch {n}: {read.num_input_rows} input rows; rows per state partition {split.rows}")
+        for p in range(split.partitions):
             yield dg.DynamicOutput({**batch, "partition": p}, mapping_key=f"p{p}",
-                                   metadata={"partition": p, "num_rows": split["rows"][p]})
+                                   metadata={"partition": p, "num_rows": split.rows[p]})
 
     @dg.op(name=f"{k}__partition", ins={"part": dg.In(dict)}, out=dg.Out(dict), retry_policy=policy,
            description="One state partition of the batch: its state N-1 -> N over its slice of the rows.")
@@ -55,9 +54,9 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
             rt = _rt(spec, context)
             return partitioned.process_partition(rt, steps.load_plan(rt, n), p)
         info = guarded(spec, context, f"process (partition {p})", n, run)
-        return dg.Output(part, metadata={"partition": p, "num_input_rows": info["num_input_rows"],
-                                         "num_output_rows": info["num_output_rows"],
-                                         "num_state_rows": info["num_state_rows"], "duration_ms": info["process_ms"]})
+        return dg.Output(part, metadata={"partition": p, "num_input_rows": info.num_input_rows,
+                                         "num_output_rows": info.num_output_rows,
+                                         "num_state_rows": info.num_state_rows, "duration_ms": info.process_ms})
 
     @dg.op(name=f"{k}__join", ins={"parts": dg.In(list)}, out=dg.Out(dict), retry_policy=policy,
            description="After every partition: merge their outputs, metrics and state tokens.")
@@ -70,7 +69,7 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
             rt = _rt(spec, context)
             return partitioned.join_partitions(rt, steps.load_plan(rt, n))
         info = guarded(spec, context, "process (join)", n, run)
-        return dg.Output(batch, metadata={"partitions": len(parts), "duration_ms": info.get("process_ms", 0),
-                                          "state_versions": dg.MetadataValue.json(info.get("state_versions", {}))})
+        return dg.Output(batch, metadata={"partitions": len(parts), "duration_ms": info.process_ms,
+                                          "state_versions": dg.MetadataValue.json(info.state_versions)})
 
     return {"read": read_split_op, "partition": partition_op, "join": join_op}

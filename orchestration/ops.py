@@ -172,7 +172,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                 rt = _rt(spec, context)
                 return getattr(steps, fn_name)(rt, steps.load_plan(rt, batch["batch_id"]))
             info = guarded(spec, context, name, batch["batch_id"], run)
-            return dg.Output(batch, metadata=_step_metadata(name, info))
+            return dg.Output(batch, metadata=_step_metadata(info))
         return step_op
 
     @dg.op(name=f"{k}__commit", ins={"batch": dg.In(dict)}, retry_policy=policy,
@@ -287,16 +287,16 @@ def drain_observation(spec: Any, drain_id: str, state: str, batches: int) -> dg.
                                                                   "drain_batches": batches})
 
 
-def _step_metadata(name: str, info: dict[str, Any]) -> dict[str, Any]:
-    if name == "read":
-        return {"num_input_rows": sum(s.get("num_input_rows", 0) for s in info.get("sources", [])),
-                "duration_ms": info.get("get_batch_ms", 0)}
-    if name == "process":
-        return {"state_versions": dg.MetadataValue.json(info.get("state_versions", {})),
-                "duration_ms": info.get("process_ms", 0)}
-    return {"num_output_rows": info.get("num_output_rows", 0), "duration_ms": info.get("add_batch_ms", 0),
-            "sink_version": "-" if info.get("sink_version") is None else str(info.get("sink_version")),
-            "skipped_replay": bool(info.get("skipped_replay"))}
+def _step_metadata(info: Any) -> dict[str, Any]:
+    """The op's output metadata from its step's result (ReadResult, ProcessResult or WriteResult)."""
+    from increments.execution.step_results import ProcessResult, ReadResult
+    if isinstance(info, ReadResult):
+        return {"num_input_rows": info.num_input_rows, "duration_ms": info.get_batch_ms}
+    if isinstance(info, ProcessResult):
+        return {"state_versions": dg.MetadataValue.json(info.state_versions), "duration_ms": info.process_ms}
+    return {"num_output_rows": info.num_output_rows, "duration_ms": info.add_batch_ms,
+            "sink_version": "-" if info.sink_version is None else str(info.sink_version),
+            "skipped_replay": info.skipped_replay}
 
 
 def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:

@@ -2,13 +2,23 @@
 Source and sink descriptions are redacted (they may name URLs with credentials)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..storage import redact
 from ..watermark import format_ts_ms
+from .step_results import ProcessResult, ReadResult
+
+if TYPE_CHECKING:
+    from ..checkpoint.log import CommitEntry
+    from .runtime import QueryRuntime
+    from .steps import BatchPlan
 
 
-def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
+def build_progress(rt: QueryRuntime, plan: BatchPlan, entry: CommitEntry, read: ReadResult,
+                   proc: ProcessResult) -> dict[str, Any]:
+    """Batch N's progress dict, from its commit entry (durations, rows, watermarks, warnings) and
+    the read and process results it was committed from (per-source rows and metrics, state
+    operators, dead letters). Records the batch's start in rt for the next report's input rate."""
     e = plan.entry
     d = entry.durations_ms
     trigger_ms = sum(d.get(k, 0) for k in ("latest_offset", "wal_commit", "get_batch", "add_batch", "commit_offsets"))
@@ -30,16 +40,15 @@ def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
             event_time["min"] = format_ts_ms(min(s["min_ms"] for s in stats))
             event_time["avg"] = format_ts_ms(int(sum(s["sum_ms"] for s in stats) / sum(s["count"] for s in stats)))
     sources = []
-    read_sources = entry.extra.get("sources", [])
     for i, src in enumerate(rt.sources):
-        rs = read_sources[i] if i < len(read_sources) else {}
-        n = rs.get("num_input_rows", 0)
+        rs = read.sources[i] if i < len(read.sources) else None
+        n = rs.num_input_rows if rs else 0
         sources.append({
             "description": redact(src.description), "start_offset": e.start[str(i)], "end_offset": e.end[str(i)],
             "latest_offset": e.end[str(i)], "num_input_rows": n,
             "input_rows_per_second": n / elapsed_s if elapsed_s else 0.0,
             "processed_rows_per_second": n / (trigger_ms / 1000) if trigger_ms else 0.0,
-            **{k: v for k, v in rs.items() if k != "num_input_rows"},
+            **(rs.metrics if rs else {}),
         })
     return {
         "id": rt.query_id, "run_id": rt.run_id, "name": rt.name, "batch_id": e.batch_id,
@@ -48,11 +57,11 @@ def build_progress(rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
         "duration_ms": {k: d.get(k, 0) for k in ("trigger_execution", "latest_offset", "get_batch", "add_batch",
                                                  "wal_commit", "commit_offsets")},
         "event_time": event_time,
-        "state_operators": entry.extra.get("state_operators", []),
+        "state_operators": proc.state_operators,
         "sources": sources,
         "sink": {"description": redact(rt.sink.description), "num_output_rows": entry.num_output_rows,
                  "version": entry.sink_version},
         "watermark_ms": e.watermark_ms, "next_watermark_ms": entry.next_watermark_ms,
         "redo": plan.redo, "attempt": e.attempt,
-        "dead_letters": entry.extra.get("dead_letters", {}), "warnings": entry.extra.get("warnings", []),
+        "dead_letters": proc.dead_letters, "warnings": entry.extra["warnings"],
     }

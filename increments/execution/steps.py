@@ -19,6 +19,9 @@ fails if another runner wrote it, and this runner stops. A runner that lost the 
 only have written files named by its own attempt (state tokens, staging under its run id), which
 no commit row names, so the winner never reads them.
 
+Each step returns its result as a dataclass of execution/step_results.py and stages it as JSON
+("read", "process", "write"); commit reads them back, so the steps may run in separate processes.
+
 A crash anywhere before commits[N] makes the next plan return the redo of N with the same offsets,
 watermarks and timestamp; state restarts from N-1 and the sink skips or replaces batch N.
 """
@@ -35,6 +38,7 @@ from ..checkpoint.log import CommitEntry, OffsetsEntry
 from ..operators.base import BatchContext
 from ..watermark import next_watermarks
 from .runtime import QueryRuntime
+from .step_results import ProcessResult, ReadResult, SourceRead, WriteResult
 
 log = logging.getLogger("increments.batch")
 
@@ -49,9 +53,6 @@ class BatchPlan:
     @property
     def batch_id(self) -> int:
         return self.entry.batch_id
-
-    def has_data(self, rt: QueryRuntime) -> bool:
-        return any(src.has_new_data(self.entry.start[str(i)], self.entry.end[str(i)]) for i, src in enumerate(rt.sources))
 
 
 def _ms(t0: float) -> int:
@@ -165,11 +166,11 @@ def load_plan(rt: QueryRuntime, batch_id: int) -> BatchPlan:
     return BatchPlan(entry, entry.attempt > 1, time.time(), dict(durations))
 
 
-def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
+def read_batch(rt: QueryRuntime, plan: BatchPlan) -> ReadResult:
     """Read (start, end] of every source and stage the rows; returns per-source row counts."""
     t0 = time.perf_counter()
     e = plan.entry
-    info: dict[str, Any] = {"sources": []}
+    sources: list[SourceRead] = []
     for i, src in enumerate(rt.sources):
         s, en = e.start[str(i)], e.end[str(i)]
         cols = rt.plan.scan_columns.get(i)
@@ -180,10 +181,9 @@ def read_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
         else:
             table = src.read(s, en)
         rt.staging.put_table(e.batch_id, f"input_{i}", table)
-        info["sources"].append({"num_input_rows": _scan_rows(rt, i, table),
-                                **(getattr(src, "read_metrics", None) or {})})
-    info["get_batch_ms"] = _ms(t0)
-    rt.staging.put_json(e.batch_id, "read", info)
+        sources.append(SourceRead(_scan_rows(rt, i, table), dict(getattr(src, "read_metrics", None) or {})))
+    info = ReadResult(sources, _ms(t0))
+    rt.staging.put_json(e.batch_id, ReadResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "read")
     return info
 
@@ -198,7 +198,7 @@ def _scan_rows(rt: QueryRuntime, index: int, table: pa.Table) -> int:
     return run_sql(f"SELECT count(*) AS n FROM __scan WHERE {where}", {"__scan": table}).column(0)[0].as_py()
 
 
-def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
+def process_batch(rt: QueryRuntime, plan: BatchPlan) -> ProcessResult:
     """Run the operators; commit every state store as version N (or abort all); stage the output."""
     t0 = time.perf_counter()
     e = plan.entry
@@ -220,19 +220,19 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
         raise
     rt.state.release()
     rt.staging.put_table(e.batch_id, "output", output)
-    info = {
-        "event_time": {k: vars(v) for k, v in ctx.event_time.items()},
-        "state_versions": versions,
-        "state_tokens": tokens,
-        "next_timers": {op.operator_id: op.next_timer_ms(e.batch_id) for op in rt.plan.stateful_ops
-                        if hasattr(op, "next_timer_ms")},
-        "state_operators": state_ops,
-        "warnings": ctx.warnings,
-        "dead_letters": ctx.dead_letters,
-        "static_versions": ctx.static_versions,
-        "process_ms": _ms(t0),
-    }
-    rt.staging.put_json(e.batch_id, "process", info)
+    info = ProcessResult(
+        event_time={k: vars(v) for k, v in ctx.event_time.items()},
+        state_versions=versions,
+        state_tokens=tokens,
+        next_timers={op.operator_id: op.next_timer_ms(e.batch_id) for op in rt.plan.stateful_ops
+                     if hasattr(op, "next_timer_ms")},
+        state_operators=state_ops,
+        warnings=ctx.warnings,
+        dead_letters=ctx.dead_letters,
+        static_versions=ctx.static_versions,
+        process_ms=_ms(t0),
+    )
+    rt.staging.put_json(e.batch_id, ProcessResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "process")
     return info
 
@@ -246,52 +246,53 @@ def _state_progress(rt: QueryRuntime, op: Any, ctx: BatchContext) -> dict[str, A
     return out
 
 
-def write_batch(rt: QueryRuntime, plan: BatchPlan) -> dict[str, Any]:
+def write_batch(rt: QueryRuntime, plan: BatchPlan) -> WriteResult:
     """Hand the staged output to the sink; the sink makes the call idempotent per batch id."""
     t0 = time.perf_counter()
     check_owner(rt, plan.batch_id, "write")
     output = rt.staging.get_table(plan.batch_id, "output")
     result = rt.sink.add_batch(plan.batch_id, output)
-    info = {"num_output_rows": result.num_output_rows, "sink_version": result.version,
-            "skipped_replay": result.skipped_replay, "add_batch_ms": _ms(t0), **result.extra}
-    rt.staging.put_json(plan.batch_id, "write", info)
+    info = WriteResult(result.num_output_rows, result.version, result.skipped_replay, _ms(t0), dict(result.extra))
+    rt.staging.put_json(plan.batch_id, WriteResult.NAME, info.to_json())
     rt.emit("on_batch_step", plan.batch_id, "write")
     return info
 
 
 def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[str, Any]]:
     """Write commits[N] with the watermark for N+1; then let sources clean up. Returns the entry
-    and the batch's progress report."""
+    and the batch's progress report.
+
+    The step results are read back from staging (they may come from other processes); one that
+    is missing counts as empty (step_results module doc: why), and the fenced insert decides."""
     from .progress import build_progress
     t0 = time.perf_counter()
     e = plan.entry
-    read = rt.staging.get_json(e.batch_id, "read", {"sources": []})
-    proc = rt.staging.get_json(e.batch_id, "process", {})
-    write = rt.staging.get_json(e.batch_id, "write", {})
-    stats = proc.get("event_time", {})
+    read = ReadResult.load(rt.staging, e.batch_id) or ReadResult()
+    proc = ProcessResult.load(rt.staging, e.batch_id) or ProcessResult()
+    write = WriteResult.load(rt.staging, e.batch_id) or WriteResult()
+    stats = proc.event_time
     input_wms, next_wm = next_watermarks(e.input_watermarks_ms, stats, rt.plan.watermark_delays,
                                          rt.watermark_policy, e.watermark_ms)
-    warnings = list(proc.get("warnings", [])) + event_time_anomalies(rt, e, stats, next_wm)
+    warnings = list(proc.warnings) + event_time_anomalies(rt, e, stats, next_wm)
     durations = dict(plan.durations_ms)
-    durations.update(get_batch=read.get("get_batch_ms", 0),
-                     add_batch=proc.get("process_ms", 0) + write.get("add_batch_ms", 0))
+    durations.update(get_batch=read.get_batch_ms, add_batch=proc.process_ms + write.add_batch_ms)
     entry = CommitEntry(
         batch_id=e.batch_id, next_watermark_ms=next_wm, next_input_watermarks_ms=input_wms,
-        num_input_rows=sum(s["num_input_rows"] for s in read["sources"]),
-        num_output_rows=write.get("num_output_rows", 0), state_versions=proc.get("state_versions", {}),
-        sink_version=write.get("sink_version"), durations_ms=durations,
+        num_input_rows=read.num_input_rows,
+        num_output_rows=write.num_output_rows, state_versions=proc.state_versions,
+        sink_version=write.sink_version, durations_ms=durations,
         event_time=stats, committed_at_ms=int(time.time() * 1000),
-        extra={"state_operators": proc.get("state_operators", []), "sources": read["sources"],
-               "dead_letters": proc.get("dead_letters", {}), "warnings": warnings,
-               "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.get("static_versions", {}),
-               "state_tokens": proc.get("state_tokens", {}), "next_timers": proc.get("next_timers", {})})
+        extra={"state_operators": proc.state_operators, "sources": [s.to_json() for s in read.sources],
+               "dead_letters": proc.dead_letters, "warnings": warnings,
+               "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.static_versions,
+               "state_tokens": proc.state_tokens, "next_timers": proc.next_timers})
     rt.log.write_commit(entry, rt.run_id)
     rt.state.committed = (e.batch_id, entry.extra["state_tokens"])
     entry.durations_ms["commit_offsets"] = _ms(t0)
     for i, src in enumerate(rt.sources):
         src.commit(e.end[str(i)])
     rt.staging.clear(e.batch_id)
-    progress = build_progress(rt, plan, entry)
+    progress = build_progress(rt, plan, entry, read, proc)
     rt.emit("on_batch_step", e.batch_id, "commit")
     return entry, progress
 

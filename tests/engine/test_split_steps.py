@@ -88,3 +88,72 @@ def test_steps_in_separate_runtimes_match_the_local_runner(tmp_path, request, wh
         rt.close()
         batches += 1
     assert batches == len(expected) and got == expected
+
+
+# The step results as an earlier release staged them (dicts, recorded from its steps on a file
+# source with a windowed count over 2 state partitions): a batch whose first steps ran before an
+# upgrade is finished by this release, and the other way round.
+EARLIER_READ = {"get_batch_ms": 105, "sources": [{"changed_files": [], "files": 1, "num_input_rows": 6,
+                                                  "skipped_files": []}]}
+EARLIER_PROCESS = {
+    "dead_letters": {"1": 2}, "event_time": {"0": {"count": 6, "max_ms": 1767225900000, "min_ms": 1767225600000,
+                                                   "sum_ms": 10603354500000}},
+    "next_timers": {}, "partitions": [{"num_input_rows": 3, "num_output_rows": 0, "num_state_rows": 1, "partition": 0,
+                                       "process_ms": 297}],
+    "process_ms": 336, "state_operators": [{"memory_used_bytes": 4174, "num_partitions": 2,
+                                            "num_rows_dropped_by_watermark": 0, "num_rows_removed": 0,
+                                            "num_rows_total": 2, "num_rows_updated": 2, "operator_id": "0",
+                                            "operator_name": "stateStoreSave"}],
+    "state_tokens": {}, "state_versions": {}, "static_versions": {"dim": 3}, "warnings": ["w1"]}
+EARLIER_WRITE = {"add_batch_ms": 55, "num_output_rows": 4, "sink_version": 7, "skipped_replay": False,
+                 "files_added": 2}
+EARLIER_SPLIT = {"custom_metrics": {}, "dead_letters": {}, "dropped_by_watermark": {"0": 1},
+                 "event_time": {"0": {"count": 6, "max_ms": 1767225900000, "min_ms": 1767225600000,
+                                      "sum_ms": 10603354500000}},
+                 "partitions": 2, "rows": [3, 3], "split_ms": 39, "static_versions": {}, "warnings": []}
+EARLIER_PARTITION = {"custom_metrics": {}, "dead_letters": {}, "dropped_by_watermark": {}, "event_time": {},
+                     "num_input_rows": 3, "num_output_rows": 0, "num_state_rows": 1, "partition": 1, "process_ms": 84,
+                     "state_operators": [], "state_tokens": {"0": [None, "3226972bf84b44278565d500a4b7971f-1"]},
+                     "state_versions": {"0": 0}, "static_versions": {}, "warnings": []}
+
+
+def test_step_results_keep_the_json_an_earlier_release_staged():
+    from increments.execution import step_results as r
+    for cls, body in ((r.ReadResult, EARLIER_READ), (r.ProcessResult, EARLIER_PROCESS), (r.WriteResult, EARLIER_WRITE),
+                      (r.SplitResult, EARLIER_SPLIT), (r.PartitionResult, EARLIER_PARTITION)):
+        assert cls.from_json(json.loads(json.dumps(body))).to_json() == body, cls.__name__
+    read = r.ReadResult.from_json(EARLIER_READ)
+    assert read.num_input_rows == 6 and read.sources[0].metrics == {"changed_files": [], "files": 1, "skipped_files": []}
+    write = r.WriteResult.from_json(EARLIER_WRITE)
+    assert (write.num_output_rows, write.sink_version, write.extra) == (4, 7, {"files_added": 2})
+    assert r.SplitResult.from_json(EARLIER_SPLIT).metrics.dropped_by_watermark == {"0": 1}
+    stateless = {"partitions": 2, "rows": [1, 0], "stateless": True, "split_ms": 3}
+    assert r.SplitResult.from_json(stateless).to_json() == stateless
+
+
+def test_commit_finishes_a_batch_whose_steps_an_earlier_release_staged(tmp_path):
+    """read, process and write staged in the earlier layout (a resumed run after an upgrade): commit
+    records them in commits[N] and the progress report as the earlier release did."""
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(6)))
+    writer = (inc.read_stream.files(str(d), "json", "id BIGINT").select("id").write_stream
+              .foreach_batch(lambda t, b: None).checkpoint_location(str(tmp_path / "chk")).query_name("upgrade")
+              .trigger(available_now=True))
+    rt = _step_runtime(writer, uuid.uuid4().hex)
+    plan = steps.plan_batch(rt)
+    for name, body in (("read", EARLIER_READ), ("process", EARLIER_PROCESS), ("write", EARLIER_WRITE)):
+        rt.staging.put_json(plan.batch_id, name, body)
+    entry, progress = steps.commit_batch(rt, plan)
+    rt.close()
+    assert (entry.num_input_rows, entry.num_output_rows, entry.sink_version) == (6, 4, 7)
+    assert entry.extra["sources"] == EARLIER_READ["sources"]
+    assert entry.extra["dead_letters"] == {"1": 2} and entry.extra["static_versions"] == {"dim": 3}
+    assert entry.extra["state_operators"] == EARLIER_PROCESS["state_operators"]
+    assert entry.extra["warnings"] == ["w1"] and entry.event_time == EARLIER_PROCESS["event_time"]
+    assert entry.durations_ms["get_batch"] == 105 and entry.durations_ms["add_batch"] == 336 + 55
+    src = progress["sources"][0]
+    assert (src["num_input_rows"], src["files"], src["skipped_files"]) == (6, 1, [])
+    assert progress["num_input_rows"] == 6 and progress["sink"]["num_output_rows"] == 4
+    assert progress["state_operators"] == EARLIER_PROCESS["state_operators"]
+    assert progress["dead_letters"] == {"1": 2} and progress["warnings"] == ["w1"]
