@@ -2,7 +2,15 @@
 
 Events: on_query_started(event), on_query_progress(progress dict), on_query_terminated(event),
 and on_batch_step(query_name, batch_id, step) after each protocol step (plan, read, process,
-write, commit) completes, for tracing. A listener that raises is logged and never fails a batch.
+write, commit) completes, for tracing.
+
+A listener that raises in on_query_started, on_query_progress or on_query_terminated is logged and
+never fails a batch. An exception raised by on_batch_step is not caught (notify lets it propagate,
+on purpose): it leaves the step that just completed, so the batch stops at that exact protocol
+step, its work done and staged, the later steps not run, commits[N] unwritten unless the step was
+commit; the local runner fails the query with it (StreamingQueryException), a Dagster op retries
+the step. That is what a step hook is for beyond tracing: stopping a batch at a chosen step, as the
+crash tests do (tests/crashkit.py's CrashAt kills the process from it; recovery then redoes N).
 """
 from __future__ import annotations
 
