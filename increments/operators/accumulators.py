@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from ..errors import AnalysisException
 from ..functions import AggExpr
 from ..sql import quote_ident, run_sql
-from ..types import state_type_name
+from ..types import arrow_to_duckdb, state_type_name
 
 
 class Accumulators:
@@ -43,8 +43,8 @@ class Accumulators:
                 if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
                     raise AnalysisException(f"{where}: {a.func}({a.column!r}) needs a numeric column, not {t}")
                 st = pa.int64() if pa.types.is_integer(t) and a.func == "sum" else pa.float64()
-                dt = "BIGINT" if st == pa.int64() else "DOUBLE"
-                self.accs.append((name + (".sum" if a.func == "avg" else ""), st, f"CAST(sum({c}) AS {dt})", "sum"))
+                self.accs.append((name + (".sum" if a.func == "avg" else ""), st,
+                                  f"CAST(sum({c}) AS {arrow_to_duckdb(st)})", "sum"))
                 if a.func == "avg":
                     self.accs.append((name + ".count", pa.int64(), f"count({c})", "add"))
                 self.out_fields.append(pa.field(name, st))
