@@ -110,11 +110,7 @@ class WatermarkOp(PhysicalOp):
         stats = ctx.event_time.setdefault(self.watermark_id, EventTimeStats())
         col = table.column(self.column)
         if table.num_rows:
-            ms = pc.divide(col.cast(pa.int64()), 1000) if pa.types.is_timestamp(col.type) else col
-            valid = pc.drop_null(ms)
-            if len(valid):
-                mm = pc.min_max(valid)
-                stats.add(mm["min"].as_py(), mm["max"].as_py(), pc.sum(valid).as_py(), len(valid))
+            stats.add(*_event_time_stats(col))
             nulls = col.null_count
             if nulls:
                 ctx.warnings.append(f"{nulls} rows with a null {self.column!r} (they cannot advance the watermark)")
@@ -122,6 +118,34 @@ class WatermarkOp(PhysicalOp):
 
     def describe(self) -> str:
         return f"EventTimeWatermark({self.column}, {self.delay_ms} ms)"
+
+
+def _event_time_stats(col) -> tuple[int | None, int | None, int, int]:
+    """(min, max, sum, count) of the event times in ms, nulls skipped: a timestamp (microseconds)
+    becomes ms by integer division truncated toward zero, each value before the sum (the sum of
+    microseconds could overflow int64). Without nulls and with no time before 1970 (min >= 0, where
+    truncating and flooring agree), one min_max pass over the raw values and numpy's floor
+    division of each chunk replace Arrow's divide over the column (about half the time);
+    otherwise Arrow's divide, as Spark's ``micros / 1000``."""
+    if pa.types.is_timestamp(col.type):
+        raw = col.cast(pa.int64())
+        count = len(raw) - raw.null_count
+        if not count:
+            return None, None, 0, 0
+        if not raw.null_count:
+            mm = pc.min_max(raw)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if lo >= 0:
+                total = sum(int((c.to_numpy() // 1000).sum()) for c in raw.chunks if len(c))
+                return lo // 1000, hi // 1000, total, count
+        ms = pc.divide(raw, 1000)
+    else:
+        ms = col
+        count = len(ms) - ms.null_count
+        if not count:
+            return None, None, 0, 0
+    mm = pc.min_max(ms)
+    return mm["min"].as_py(), mm["max"].as_py(), pc.sum(ms).as_py(), count
 
 
 def _binary_as_text(con, values: pa.Array) -> pa.Array:
