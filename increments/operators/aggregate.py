@@ -13,11 +13,11 @@ One batch (all vectorised in DuckDB/Arrow; Python touches each *group* once for 
 State key: (window_end_us, window_start_us, *keys) | (time_key_us, *other keys) | (*keys), so
 closed windows are a key range; value: the accumulators (count, sum, min, max, avg sum+count,
 first, last). Recovery: the engine loads version N-1 and commits N, so a redo is exact.
-Session windows are built by session_window.py.
+Session windows are built by session_window.py; the accumulators are accumulators.py; a window over an
+earlier aggregation's window column is rewritten first (plan/windows.py).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import weakref
@@ -30,9 +30,10 @@ import pyarrow.compute as pc
 from state.encoding import decode_value, encode_value
 
 from ..errors import AnalysisException
-from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time
+from ..functions import AggExpr, SessionWindowSpec, WindowSpec
 from ..plan import nodes as n
 from ..plan import validate
+from ..plan.windows import window_over_windows
 from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
@@ -367,30 +368,11 @@ class WindowAggregateOp(PhysicalOp):
         return pa.Table.from_arrays(cols, schema=self.schema)
 
 
-def _window_over_windows(compiler: Any, node: n.Aggregate) -> n.Aggregate:
-    """F.window("window", ...) over the window column of an earlier windowed aggregation: Spark
-    windows its event time, window_time(window) = end - 1 µs (verified on 4.3). The child's schema
-    comes from a fresh compiler of the same class (`compiler`'s own keeps the operator ids)."""
-    if not any(isinstance(k, WindowSpec) for k in node.keys) or not any(
-            isinstance(x, n.Aggregate) for x in node.child.walk()):
-        return node
-    schema = type(compiler)(check=False).build(node.child).schema
-    child, keys = node.child, []
-    for k in node.keys:
-        if (isinstance(k, WindowSpec) and k.column in schema.names
-                and pa.types.is_struct(schema.field(k.column).type)):
-            name = f"window_time({k.column})"
-            child = n.WithColumn(child, name, window_time(k.column))
-            k = dataclasses.replace(k, column=name)
-        keys.append(k)
-    return dataclasses.replace(node, child=child, keys=tuple(keys))
-
-
 def build_aggregate(compiler: Any, node: n.Aggregate) -> PhysicalOp:
     validate.check_node(node, compiler.output_mode)
     if any(isinstance(k, SessionWindowSpec) for k in node.keys):
         return build_session_window(compiler, node)
-    node = _window_over_windows(compiler, node)
+    node = window_over_windows(compiler, node)
     child = compiler.build(node.child)
     mode = compiler.output_mode
     op = WindowAggregateOp(child, node.keys, node.aggs, mode)
