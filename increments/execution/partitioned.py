@@ -244,7 +244,8 @@ def process_partition(rt: Any, plan: Any, p: int) -> PartitionResult:
     state.begin(e.batch_id, _base_tokens(rt, e.batch_id))
     ctx = _context(rt, e, {}, state)
     child = s.children
-    s.children = [_Slice(child[0], rt.staging.get_table(e.batch_id, f"slice_{p}"))]
+    rows = rt.staging.get_table(e.batch_id, f"slice_{p}")
+    s.children = [_Slice(child[0], rows)]
     try:
         output = rt.plan.root.execute(ctx)
         metrics = state.metrics(s.operator_id)
@@ -260,7 +261,7 @@ def process_partition(rt: Any, plan: Any, p: int) -> PartitionResult:
     if output.schema != rt.plan.output_schema and output.num_rows == 0:
         output = rt.plan.output_schema.empty_table()
     rt.staging.put_table(e.batch_id, f"output_{p}", output)
-    info = PartitionResult(p, versions, tokens, ops, _slice_rows(s), output.num_rows, metrics["num_rows_total"],
+    info = PartitionResult(p, versions, tokens, ops, rows.num_rows, output.num_rows, metrics["num_rows_total"],
                            int((time.perf_counter() - t0) * 1000), BatchMetrics.of(ctx))
     rt.staging.put_json(e.batch_id, PartitionResult.name(p), info.to_json())
     return info
@@ -278,10 +279,6 @@ def _process_rows(rt: Any, e: Any, p: int, t0: float) -> PartitionResult:
                            process_ms=int((time.perf_counter() - t0) * 1000), metrics=BatchMetrics.of(ctx))
     rt.staging.put_json(e.batch_id, PartitionResult.name(p), info.to_json())
     return info
-
-
-def _slice_rows(s: PhysicalOp) -> int:
-    return s.children[0].table.num_rows if isinstance(s.children[0], _Slice) else 0
 
 
 class _View:

@@ -74,16 +74,20 @@ def _run_fanned_out(writer) -> int:
         n = plan.batch_id
         rt = _runtime(writer, run_id)
         steps.read_batch(rt, steps.load_plan(rt, n))
-        partitioned.split_batch(rt, steps.load_plan(rt, n))
+        split = partitioned.split_batch(rt, steps.load_plan(rt, n))
         rt.close()
         for p in reversed(range(PARTS)):                     # any order, each in its own runtime
             rt = _runtime(writer, run_id)
-            partitioned.process_partition(rt, steps.load_plan(rt, n), p)
+            part = partitioned.process_partition(rt, steps.load_plan(rt, n), p)
+            assert part.num_input_rows == split.rows[p]       # the rows of its slice (of each input, stateless)
             rt.close()
-        for fn in (partitioned.join_partitions, steps.write_batch):
-            rt = _runtime(writer, run_id)
-            fn(rt, steps.load_plan(rt, n))
-            rt.close()
+        rt = _runtime(writer, run_id)
+        joined = partitioned.join_partitions(rt, steps.load_plan(rt, n))
+        assert [x["num_input_rows"] for x in joined.partitions] == split.rows
+        rt.close()
+        rt = _runtime(writer, run_id)
+        steps.write_batch(rt, steps.load_plan(rt, n))
+        rt.close()
         rt = _runtime(writer, run_id)
         entry, _ = steps.commit_batch(rt, steps.load_plan(rt, n))
         tokens = entry.extra["state_tokens"]
