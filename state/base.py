@@ -136,6 +136,13 @@ class StateStoreProvider(ABC):
         (the token the commit log records; None: version -1, or the only attempt that wrote
         ``version`` -- StateStoreError when there are several)."""
 
+    def is_cached(self, operator: str, partition: int, version: int, token: str | None) -> bool:
+        """Whether ``open(operator, partition, version, token)`` would be served from what this
+        provider holds (in memory, or a verified working copy) without reading the checkpoint.
+        A hint for callers deciding whether opens are worth running in parallel; open() checks
+        again either way."""
+        return False
+
     @abstractmethod
     def latest_version(self, operator: str, partition: int) -> int: ...
 

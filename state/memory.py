@@ -149,6 +149,11 @@ class MemoryStateStoreProvider(FileBackedProvider):
             self._loaded[key] = cached
         return MemoryStateStore(self, operator, partition, cached)
 
+    def is_cached(self, operator: str, partition: int, version: int, token: str | None) -> bool:
+        cached = self._loaded.get((operator, partition))
+        return (cached is not None and token is not None and version >= 0
+                and cached.version == version and cached.token == token)
+
     def _rebuild(self, operator: str, partition: int, version: int, token: str | None) -> _Loaded:
         key = (operator, partition)
         if version < 0:

@@ -196,6 +196,12 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._lineages[key] = dict(w.lineage)
         return RocksDBStateStore(self, operator, partition, w)
 
+    def is_cached(self, operator: str, partition: int, version: int, token: str | None) -> bool:
+        key = (operator, partition)
+        w = self._working.get(key)
+        return (w is not None and token is not None and version >= 0 and w.version == version
+                and w.token == token and self._verified.get(key) == (version, token, w.rows))
+
     def _open_working(self, operator: str, partition: int, fill=None) -> Working:
         """Open this provider's working copy of the store: ``db`` when it can claim the store
         directory, else a private per-process copy (state.working). With ``fill``, the copy is

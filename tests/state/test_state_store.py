@@ -436,3 +436,25 @@ def test_local_listing_matches_the_location_list(tmp_path, name):
     slow = files.list_store(loc)
     assert fast == slow
     assert fast.snapshots and (8, "abc") in fast.partial and fast.latest() == 7
+
+
+def test_is_cached_names_exactly_what_the_provider_holds(make):
+    """is_cached (the hint the StateManager uses to open on its own thread) is true only for the
+    (version, token) the provider just committed or loaded; a fresh provider holds nothing."""
+    p = make()
+    models = build(p, 3)
+    s = p.open("op", 0, 3)
+    t3 = s.token
+    assert p.is_cached("op", 0, 3, t3)
+    assert not p.is_cached("op", 0, 3, "f" * 32 + "-1") and not p.is_cached("op", 0, 2, t3)
+    assert not p.is_cached("op", 0, 3, None) and not p.is_cached("op", 1, 3, t3)
+    apply_batch(s, 4)
+    assert s.commit(4) == 4
+    t4 = s.token
+    s.close()
+    assert p.is_cached("op", 0, 4, t4) and not p.is_cached("op", 0, 3, t3)
+    model4 = dict(models[3]); model_batch(model4, 4)
+    assert content(p.open("op", 0, 4, t4)) == model4
+    fresh = make(local="fresh")
+    assert not fresh.is_cached("op", 0, 4, t4)
+    assert content(fresh.open("op", 0, 4, t4)) == model4 and fresh.is_cached("op", 0, 4, t4)
