@@ -53,7 +53,7 @@ class SourceRead:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SourceRead:
-        return cls(int(d.get("num_input_rows", 0)), {k: v for k, v in d.items() if k != "num_input_rows"})
+        return cls(d.get("num_input_rows", 0), {k: v for k, v in d.items() if k != "num_input_rows"})
 
 
 @dataclass(slots=True)
@@ -72,7 +72,7 @@ class ReadResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ReadResult:
-        return cls([SourceRead.from_json(s) for s in d.get("sources", [])], int(d.get("get_batch_ms", 0)))
+        return cls([SourceRead.from_json(s) for s in d.get("sources", ())], d.get("get_batch_ms", 0))
 
     @classmethod
     def load(cls, staging: Staging, batch_id: int) -> ReadResult | None:
@@ -113,7 +113,7 @@ class ProcessResult:
     def from_json(cls, d: dict[str, Any]) -> ProcessResult:
         return cls(d.get("event_time", {}), d.get("state_versions", {}), d.get("state_tokens", {}),
                    d.get("next_timers", {}), d.get("state_operators", []), d.get("warnings", []),
-                   d.get("dead_letters", {}), d.get("static_versions", {}), int(d.get("process_ms", 0)),
+                   d.get("dead_letters", {}), d.get("static_versions", {}), d.get("process_ms", 0),
                    d.get("partitions"))
 
     @classmethod
@@ -142,8 +142,9 @@ class WriteResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WriteResult:
-        return cls(int(d.get("num_output_rows", 0)), d.get("sink_version"), bool(d.get("skipped_replay", False)),
-                   int(d.get("add_batch_ms", 0)), {k: v for k, v in d.items() if k not in _WRITE_KEYS})
+        extra = {k: v for k, v in d.items() if k not in _WRITE_KEYS} if len(d) > len(_WRITE_KEYS) else {}
+        return cls(d.get("num_output_rows", 0), d.get("sink_version"), d.get("skipped_replay", False),
+                   d.get("add_batch_ms", 0), extra)
 
     @classmethod
     def load(cls, staging: Staging, batch_id: int) -> WriteResult | None:
