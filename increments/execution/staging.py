@@ -6,6 +6,12 @@ its own process, on any machine (Dagster ops):
 
     <checkpoint>/staging/<batch id>/<run id>/<name>.arrow | <name>.json
 
+The tables are the rows between steps (input_<i>, output; fanned out: slice_<p>, output_<p>); the
+JSON bodies are the plan's durations ("plan") and the step results, each a dataclass of
+execution/step_results.py staged with its to_json() and read back with its load().
+MemoryStaging round-trips JSON bodies through json as DiskStaging does, so a value a step result
+cannot stage fails the local runner as it would fail the Dagster ops.
+
 Zombie safety: the run id is the owner of offsets[N] (rt.run_id, the Dagster run id), so a run
 that lost the fence (a stale run, a zombie still writing after a takeover) can only write under
 its own run id, which the winner never reads: nothing the winner reads can be overwritten by a
