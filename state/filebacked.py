@@ -151,9 +151,11 @@ class FileBackedProvider(StateStoreProvider):
 
 
 def _remove_stale_temp_files(directory: str, age_s: float = 3600.0) -> None:
-    """Temp files of local writes (``.tmp-*``) a killed process left, once an hour old (a live
-    write is never that old; a younger one may belong to an attempt still writing)."""
+    """Temp files of local writes and temp directories of RocksDB snapshots (``.tmp-*``) a killed
+    process left, once an hour old (a live write is never that old; a younger one may belong to an
+    attempt still writing)."""
     import os
+    import shutil
     import time
     cutoff = time.time() - age_s
     try:
@@ -162,7 +164,11 @@ def _remove_stale_temp_files(directory: str, age_s: float = 3600.0) -> None:
         return
     for e in entries:
         try:
-            if e.name.startswith(".tmp-") and e.is_file() and e.stat().st_mtime < cutoff:
+            if not e.name.startswith(".tmp-") or e.stat(follow_symlinks=False).st_mtime >= cutoff:
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
                 os.remove(e.path)
         except FileNotFoundError:
             pass

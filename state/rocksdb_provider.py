@@ -329,7 +329,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._apply_local(store._w, keys, values, meta, lineage)
         self._verified[key] = (version, meta["token"], meta["rows"])
         if not self.changelog_checkpointing:   # the snapshot is what makes (N, T) loadable: synchronous
-            self._upload_snapshot(self._local_checkpoint(store._w, version), loc, meta)
+            self._upload_snapshot(self._local_checkpoint(store._w, version, loc, meta["token"]), loc, meta)
         elif self.cleanup_due(version):
             self._await_upload(key)            # the previous one, normally long done: one at a time per store
             taken = threading.Event()          # set once the local checkpoint of version N exists
@@ -361,9 +361,16 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                     del self._taken[k]
 
     @staticmethod
-    def _local_checkpoint(w: Working, version: int) -> str:
-        """A RocksDB checkpoint of the working copy as it is now (at `version`), beside it."""
-        local = f"{w.path}.ckpt-{version}"
+    def _local_checkpoint(w: Working, version: int, loc=None, token: str = "") -> str:
+        """A RocksDB checkpoint of the working copy as it is now (at `version`): when the store
+        ``loc`` is on the local disk, inside the store directory as ``.tmp-<v>.<token>.snapshot``
+        (a temp name every listing skips; _upload_snapshot renames it), else beside the working copy."""
+        store_dir = loc.local_path() if loc is not None and loc.is_local else None
+        if store_dir is not None:
+            os.makedirs(store_dir, exist_ok=True)
+            local = os.path.join(store_dir, ".tmp-" + files.snapshot_name(version, token))
+        else:
+            local = f"{w.path}.ckpt-{version}"
         shutil.rmtree(local, ignore_errors=True)
         Checkpoint(w.db).create_checkpoint(local)
         return local
@@ -376,7 +383,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         store goes on with the next batches meanwhile."""
         try:
             try:
-                local = self._local_checkpoint(w, meta["version"])
+                local = self._local_checkpoint(w, meta["version"], loc, meta["token"])
             finally:
                 taken.set()
             self._upload_snapshot(local, loc, meta)
@@ -389,19 +396,34 @@ class RocksDBStateStoreProvider(FileBackedProvider):
 
     @staticmethod
     def _upload_snapshot(local: str, loc, meta: dict) -> None:
-        """Write the local checkpoint's files under ``N.T.snapshot/``, then ``_meta.json``, all
-        create-only; remove ``local``.
+        """Make the local checkpoint ``local`` the snapshot ``N.T.snapshot/`` of the store ``loc``,
+        ``_meta.json`` written last, every object create-only; ``local`` is gone afterwards.
 
-        Checkpoint on the local disk (same file system): every file is hard-linked (``link`` fails
-        when the name exists: create-only), each non-.sst file is fsynced (RocksDB syncs its table
-        files itself), then the snapshot directory and the store directory that holds it are fsynced
-        once, and only then ``_meta.json`` is written (files.put: its own fsync and directory fsync).
+        * ``local`` inside the store directory (``.tmp-N.T.snapshot``, see _local_checkpoint): each
+          non-.sst file is fsynced (RocksDB syncs its table files), the directory is renamed to
+          ``N.T.snapshot`` (a name no other attempt uses: the token is fresh), then the snapshot
+          directory and the store directory are fsynced, then ``_meta.json`` is written (files.put:
+          its own fsync and directory fsync). No file is copied or linked again.
+        * else, store on the local disk: every file is hard-linked into ``N.T.snapshot/`` (``link``
+          fails when the name exists), the non-.sst ones fsynced, the two directories fsynced, then
+          ``_meta.json``; a file that cannot be linked (another file system) is copied with files.put.
+        * store on an object store: each file with files.put, then ``_meta.json``.
         So after a crash or a power loss a ``_meta.json`` implies every file of the snapshot and its
-        directory entry: 3 directory fsyncs per snapshot instead of one per file. A file that cannot
-        be linked (another file system) is copied with files.put, as on an object store."""
+        directory entry (3 directory fsyncs per snapshot, not one per file); a crash before leaves
+        a partial snapshot (no ``_meta.json``: ignored, removed by cleanup) or a ``.tmp-`` directory
+        (never listed; removed by cleanup once an hour old)."""
         prefix = files.snapshot_name(meta["version"], meta["token"]) + "/"
         try:
             target = loc.local_path(prefix)
+            if target is not None and os.path.dirname(local) == os.path.dirname(target.rstrip("/")):
+                for name in os.listdir(local):
+                    if not name.endswith(".sst"):
+                        _fsync_path(os.path.join(local, name), os.O_RDONLY)
+                os.rename(local, target.rstrip("/"))
+                _fsync_path(target, os.O_RDONLY)
+                _fsync_path(os.path.dirname(target.rstrip("/")), os.O_RDONLY)
+                files.put(loc, prefix + files.META, json.dumps(meta).encode())   # last: the snapshot is complete
+                return
             linked = False
             for name in sorted(os.listdir(local)):
                 src = os.path.join(local, name)

@@ -458,3 +458,34 @@ def test_is_cached_names_exactly_what_the_provider_holds(make):
     fresh = make(local="fresh")
     assert not fresh.is_cached("op", 0, 4, t4)
     assert content(fresh.open("op", 0, 4, t4)) == model4 and fresh.is_cached("op", 0, 4, t4)
+
+
+def test_a_snapshot_s_temp_directory_left_by_a_crash_is_ignored_then_removed(tmp_path):
+    """A local RocksDB snapshot is built as ``.tmp-<v>.<token>.snapshot`` inside the store
+    directory and renamed: one a killed process left is never listed or loaded, and cleanup
+    removes it once it is an hour old (a younger one may belong to a snapshot in progress)."""
+    import time
+
+    from increments import storage
+    from state import files
+    ckpt = str(tmp_path / "ckpt")
+    conf = {"snapshot_interval": 2, "retention_versions": 2, "local_dir": str(tmp_path / "w")}
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        models = build(p, 3)
+    root = storage.location(ckpt).child("state", "op", "0").local_path()
+    old, young = os.path.join(root, ".tmp-1.dead.snapshot"), os.path.join(root, ".tmp-2.live.snapshot")
+    for d in (old, young):
+        os.makedirs(d)
+        open(os.path.join(d, "CURRENT"), "w").close()
+    an_hour_ago = time.time() - 3700
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    assert not [n for n in store_names(ckpt) if ".tmp-" in n]
+    assert files.list_store(storage.location(ckpt).child("state", "op", "0")).latest() == 3
+    with make_provider("rocksdb", ckpt, **dict(conf, local_dir=str(tmp_path / "fresh"))) as p:
+        s = p.open("op", 0, 3)
+        assert content(s) == models[3]
+        apply_batch(s, 4)
+        s.commit(4)                               # a snapshot version: its job runs the cleanup
+    assert not os.path.exists(old) and os.path.exists(young)
+    assert not [n for n in os.listdir(root) if n.startswith(".tmp-4.")]   # its own temp dir was renamed
+    assert any(n.startswith("4.") and n.endswith(".snapshot") for n in os.listdir(root))
