@@ -22,7 +22,13 @@ each is a round trip: the libpq trace counts ReadyForQuery messages, which inclu
 COMMIT and ROLLBACK; on SQLite the statements SQLite runs, BEGIN/COMMIT included), the log's
 durable commits (transactions that wrote a row), and the fsync() calls made from Python (state
 files and their directories; SQLite's own fsync of its WAL is one per durable commit with
-synchronous=FULL). The counters hook the DBAPI connections through the SQLAlchemy pool's connect
+synchronous=FULL).
+
+Stateful CPU by thread: the thread running the batch (its own CPU time, median), and the mean per
+stateful batch of the StateManager's pool (the partitions' opens and commits not run on the batch's
+thread), the background snapshot jobs (RocksDB checkpoint, its upload and the retention cleanup of
+every snapshot_interval-th version) and RocksDB's own flush/compaction threads, from /proc over the
+timed batches (only the stateful case uses them). The counters hook the DBAPI connections through the SQLAlchemy pool's connect
 event, so they count the same way whatever code path the engine uses.
 """
 from __future__ import annotations
@@ -137,6 +143,30 @@ class LogCounter:
         self._trace = None
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of each live thread of this process, summed by group: the main
+    thread, the StateManager's pool (``increments-state``), the background snapshot jobs
+    (``increments-snapshot``), RocksDB's own threads (``rocksdb:*``), other."""
+    import threading
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tck = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        name = names.get(int(tid), comm)
+        group = ("main" if name == "MainThread" else "state commit/open pool" if name.startswith("increments-state")
+                 else "snapshot jobs" if name.startswith("increments-snapshot")
+                 else "RocksDB flush/compaction" if name.startswith("rocksdb") else "other")
+        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tck
+    return out
+
+
 class FsyncCounter:
     def __init__(self):
         self.n = 0
@@ -179,6 +209,7 @@ class Case:
             self.rt.log.conn.execute(f"PRAGMA synchronous={synchronous}", (), fetch=False)
         self.work: list[float] = []
         self.cpu: list[float] = []         # CPU time of the process (all threads) per batch
+        self.main_cpu: list[float] = []    # CPU time of the thread running the batch
         self.commit_ms: list[float] = []
         root = self.rt.plan.root
         execute = root.execute
@@ -205,9 +236,11 @@ class Case:
         for _ in range(n):
             self.src.add_data(self.rows)
             c0 = time.process_time()
+            m0 = time.thread_time()
             t0 = time.perf_counter()
             progress = steps.run_one_batch(self.rt)
             times.append(time.perf_counter() - t0)
+            self.main_cpu.append(time.thread_time() - m0)
             self.cpu.append(time.process_time() - c0)
             assert progress is not None and progress["num_input_rows"] == len(self.rows)
         return times
@@ -309,11 +342,14 @@ def main() -> None:
         c.batches(20)                      # warm-up: connections, DuckDB, RocksDB working copies
         c.work.clear()
         c.cpu.clear()
+        c.main_cpu.clear()
         c.commit_ms.clear()
     floor = DurableFloor()
+    threads0 = thread_cpu()
     res = alternate(a.batches, a.rounds, {"duckdb": duckdb_reference, "floor_log": floor.log,
                                           "floor_state": floor.stateful,
                                           **{k: c.batches for k, c in cases.items()}})
+    threads1 = thread_cpu()
     counts = {k: c.count(a.count_batches) for k, c in cases.items()}
     st = cases["stateful"]
     work = st.work[:len(res["stateful"])]
@@ -353,6 +389,12 @@ def main() -> None:
     print(f"    of which the state commit of both partitions (commit_all)      {ms(st.commit_ms):8.3f} ms")
     if not backend.startswith("PostgreSQL"):
         print(f"    above data work and the durable floor                          {ab - ms(res['floor_state']):8.3f} ms")
+    n_st = len(res["stateful"])
+    mean_ms = 1000 / max(1, n_st)
+    print(f"    CPU by thread, mean per stateful batch (the background jobs' CPU spread over the batches):")
+    print(f"      thread running the batch (median)                            {ms(st.main_cpu[:n_st]):8.3f} ms")
+    for g in ("state commit/open pool", "snapshot jobs", "RocksDB flush/compaction"):
+        print(f"      {g:<61}{(threads1.get(g, 0.0) - threads0.get(g, 0.0)) * mean_ms:8.3f} ms")
     print(f"  per batch, counted over {a.count_batches} more batches (not timed):")
     print(f"    {'case':<12}{'log statements':>16}{'log commits':>13}{'fsync() from Python':>22}")
     for k, c in counts.items():
