@@ -10,7 +10,7 @@ observed on Apache Spark 4.3.0 (tests/operators/test_join_spark_parity.py compar
 batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
 
     (planning) one-sided conjuncts and inferred `col IS NOT NULL` go below the join into the sides
-        that are not preserved, and from there into the scan (_push_one_sided); on a preserved side
+        that are not preserved, and from there into the scan (plan/join_pushdown.py); on a preserved side
         a one-sided conjunct is the pre-join filter: failing rows get their NULL row at once
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
     key text + partition (md5_number(key text) % partitions) of every new row, in DuckDB
@@ -49,31 +49,25 @@ import pyarrow.compute as pc
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
-from ..plan.compiler import register
+from ..plan.validate import check_node
+from ..plan.join_pushdown import push_one_sided
 from ..sql import quote_ident, run_sql
 from . import join_state as js
 from .base import BatchContext, PhysicalOp
-from .join_condition import (JoinSpec, Side, analyse, event_time_us_sql, not_null_columns, one_sided_terms,
-                             select_list, unqualify)
+from .join_condition import JoinSpec, Side, analyse, event_time_us_sql, select_list
 
 log = logging.getLogger("increments.join")
 OUTER_LEFT = ("left_outer", "full_outer")
 OUTER_RIGHT = ("right_outer", "full_outer")
 
 
-@register(n.Join)
 def build_join(compiler, node: n.Join) -> PhysicalOp:
-    node, prefilter = _push_one_sided(node)
+    check_node(node)   # the stream on the left, the join types a stream-static join supports
+    node, prefilter = push_one_sided(compiler, node)
     left, right = compiler.build(node.left), compiler.build(node.right)
-    if not n.is_streaming(node.left):
-        raise AnalysisException("join: the left side must be the stream; call stream.join(static, ...)")
-    ls = Side(left.schema, getattr(left, "alias", None), dict(left.event_time_cols))
-    rs = Side(right.schema, getattr(right, "alias", None), dict(right.event_time_cols))
+    ls = Side(left.schema, left.alias, dict(left.event_time_cols))
+    rs = Side(right.schema, right.alias, dict(right.event_time_cols))
     if not n.is_streaming(node.right):
-        if node.how not in ("inner", "left_outer", "left_semi"):
-            raise AnalysisException(f"join: {node.how} between a stream (left) and a static table (right) is not "
-                                    "supported (the static side's unmatched rows are never final); use inner, "
-                                    "left_outer or left_semi with the stream on the left")
         return StreamStaticJoinOp(left, right, analyse(node.on, node.how, ls, rs, require_equality=False), node.how)
     op = StreamStreamJoinOp(left, right, analyse(node.on, node.how, ls, rs), node.how, ls, rs, prefilter)
     compiler.next_operator_id(op)
@@ -83,58 +77,8 @@ def build_join(compiler, node: n.Join) -> PhysicalOp:
     return op
 
 
-def _push_one_sided(node: n.Join) -> tuple[n.Join, dict[str, list[str]]]:
-    """Spark 4.3 (observed) moves parts of the condition below the join, into the sides that are not
-    preserved (inner and left semi: both; left outer: the right; right outer: the left; full
-    outer: none):
-    - a conjunct that references that side only;
-    - `col IS NOT NULL` for every column of that side the condition compares (inferred from the
-      null-intolerant comparisons; for a column-list `on`, the key columns).
-    From there each goes below the watermark and into the file scan like any filter (when it does
-    not mention the event-time column), so the rows it removes do not count in num_input_rows,
-    never feed the watermark and never reach the join. On a preserved side a one-sided conjunct is
-    the pre-join filter instead: a row failing it is neither stored nor joined and gets its NULL
-    row at once. Returns the join with the pushed filters and the pre-join conjuncts per side."""
-    import dataclasses
-
-    from ..plan.compiler import Compiler, push_filters_below_watermarks
-    none = {"left": [], "right": []}
-    if not isinstance(node.on, (str, list, tuple)):
-        return node, none
-    sides = {}
-    for name, sub in (("left", node.left), ("right", node.right)):
-        op = Compiler(check=False).build(push_filters_below_watermarks(sub))
-        sides[name] = Side(op.schema, getattr(op, "alias", None), {})
-    try:
-        lt, rt = one_sided_terms(node.on, sides["left"], sides["right"])
-        nn = {"left": not_null_columns(node.on, sides["left"], sides["right"]),
-              "right": not_null_columns(node.on, sides["right"], sides["left"])}
-    except Exception:
-        return node, none
-    push = {"left": node.how in ("inner", "right_outer", "left_semi"),
-            "right": node.how in ("inner", "left_outer", "left_semi")}
-
-    def wrap(sub: n.Node, terms: list[str], side: Side) -> n.Node:
-        alias = sub.name if isinstance(sub, n.Alias) else None
-        body = sub.child if alias else sub
-        for t in terms:                       # one filter per conjunct: each is pushed on its own
-            body = n.Filter(body, t)
-        body = push_filters_below_watermarks(body)
-        return n.Alias(body, alias) if alias else body
-    out = {}
-    for name, sub, terms in (("left", node.left, lt), ("right", node.right, rt)):
-        side = sides[name]
-        if not push[name]:
-            out[name] = sub
-            continue
-        todo = [unqualify(t, side) for t in terms] + [f"{quote_ident(c)} IS NOT NULL" for c in nn[name]]
-        out[name] = wrap(sub, todo, side) if todo else sub
-    return (dataclasses.replace(node, left=out["left"], right=out["right"]),
-            {"left": [] if push["left"] else lt, "right": [] if push["right"] else rt})
-
-
 def _with_qualifiers(op: PhysicalOp, spec: JoinSpec) -> None:
-    op.qualifiers = spec.qualifiers  # type: ignore[attr-defined]  # used by compiler._sql
+    op.qualifiers = spec.qualifiers  # used by compiler._sql
 
 
 class StreamStaticJoinOp(PhysicalOp):

@@ -10,10 +10,9 @@ keeps state, and raises AnalysisException for what it refuses (the checks that n
 inputs' schemas; the pure plan checks are in plan/validate.py).
 
 A node type missing from this table and from Compiler.build is refused ("... is not supported on
-streams yet"). The table is imported by Compiler.build when it first needs it, not when
-plan/compiler.py is imported: operators/join.py imports plan/compiler.py itself (its `@register`
-line, and its plan rewrite builds sub-plans with Compiler), so a module-level import here would
-be a cycle. (The aggregation builds its sub-plan with type(compiler), importing no compiler.)
+streams yet"). plan/compiler.py imports this table at module level: no operator module imports
+the compiler (the plan rewrites that build a sub-plan, plan/windows.py and plan/join_pushdown.py,
+do it with type(compiler)).
 """
 from __future__ import annotations
 

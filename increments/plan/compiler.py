@@ -8,8 +8,7 @@ Plan refusals (AnalysisException) are raised while compiling, before any batch r
 about the plan and its output mode are in plan/validate.py (run first, unless check=False); the
 ones that need an input's schema (a missing column, an event time that is not a TIMESTAMP, an
 expression that does not type-check) are raised while building, by this module or by the builders;
-after building, plan/late_rows.py refuses ambiguous late-row targets. plan/validate.py's docstring
-lists which plan-only refusals still sit in builders. (Refusals of sink options, modes and
+after building, plan/late_rows.py refuses ambiguous late-row targets. (Refusals of sink options, modes and
 checkpoints are raised when the query starts: api/writer.py, execution/runtime.py,
 execution/sink_factory.py, checkpoint/.)
 """
@@ -29,18 +28,10 @@ from ..operators.stateless import ParseJsonOp, ScanOp, SqlOp, StaticScanOp, Wate
 from ..sql import quote_ident, run_sql
 from . import nodes as n
 from . import validate
+from .builders import BUILDERS
 from .late_rows import assign_late_rows
-from .pushdown import pushable_conjuncts
+from .pushdown import push_filters_below_watermarks, pushable_conjuncts
 from .watermarks import propagate
-
-
-def register(node_type: type):
-    """No-op, kept only so that the `@register(<node type>)` line still in operators/join.py keeps
-    importing: the node -> builder table is plan/builders.py. Remove this function together with
-    that line."""
-    def deco(fn):
-        return fn
-    return deco
 
 
 @dataclass
@@ -123,7 +114,6 @@ class Compiler:
             op = WatermarkOp(child, node.column, node.delay_ms, wid)
             op.late_rows = node.late_rows
             return op
-        from .builders import BUILDERS  # not at module level: see plan/builders.py
         builder = BUILDERS.get(type(node))
         if builder is None:
             raise AnalysisException(f"{type(node).__name__} is not supported on streams yet")
@@ -241,29 +231,6 @@ def _empty_schema(sql: str, input_schema: pa.Schema, label: str) -> pa.Schema:
         return run_sql(sql, {"__in": input_schema.empty_table()}).schema
     except Exception as e:
         raise AnalysisException(f"{label}: {e} (input columns: {input_schema.names})") from e
-
-
-def _mentions(expr: str, column: str) -> bool:
-    return re.search(r'(?<![\w."])"?' + re.escape(column) + r'"?(?![\w"])', expr) is not None
-
-
-def push_filters_below_watermarks(node: n.Node) -> n.Node:
-    """Spark pushes a filter that does not mention the event-time column below the watermark node,
-    so the rows it removes never feed the max event time (SEMANTICS.md rule 3). Do the same."""
-    if isinstance(node, n.Filter):
-        child = push_filters_below_watermarks(node.child)
-        if isinstance(child, n.WithWatermark) and not _mentions(node.condition, child.column):
-            import dataclasses
-            return dataclasses.replace(child, child=push_filters_below_watermarks(n.Filter(child.child, node.condition)))
-        return n.Filter(child, node.condition)
-    if isinstance(node, n.Unary):
-        import dataclasses
-        return dataclasses.replace(node, child=push_filters_below_watermarks(node.child))
-    if isinstance(node, (n.Join, n.Union)):
-        import dataclasses
-        return dataclasses.replace(node, left=push_filters_below_watermarks(node.left),
-                                   right=push_filters_below_watermarks(node.right))
-    return node
 
 
 def prune_scans(root: PhysicalOp) -> dict[int, list[str]]:

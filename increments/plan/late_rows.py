@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import AnalysisException
 from ..operators.base import PhysicalOp
+from ..operators.join import StreamStreamJoinOp
 from ..operators.stateless import WatermarkOp
 
 
@@ -35,8 +36,6 @@ def _one(op: PhysicalOp, child: PhysicalOp, what: str) -> Any:
 
 def assign_late_rows(root: PhysicalOp) -> None:
     """Set op.late_targets = {side: target} on every stateful operator that has one."""
-    # not at module level: operators/join.py imports plan/compiler.py, which imports this module
-    from ..operators.join import StreamStreamJoinOp
     for op in root.walk():
         if not op.stateful:
             continue

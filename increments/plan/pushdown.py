@@ -1,4 +1,12 @@
-"""Which filter conjuncts Spark would push into a file scan, so num_input_rows can match it.
+"""Filter pushdown as Spark does it: below the watermark node, and into the file scan.
+
+`push_filters_below_watermarks(node)`: a filter that does not mention the watermark's event-time
+column moves below that with_watermark node (Spark's PushPredicateThroughNonJoin over
+EventTimeWatermark), so the rows it removes never feed the max event time (SEMANTICS.md rule 3).
+Compiler.compile applies it to the whole plan; plan/join_pushdown.py to the filters it puts below
+a join.
+
+Which filter conjuncts Spark would push into a file scan, so num_input_rows can match it:
 
 Spark pushes simple predicates on data columns into the JSON and CSV readers (JsonFilters /
 CSVFilters: comparisons of a column with a literal, IS [NOT] NULL, IN, LIKE prefix/suffix/contains,
@@ -13,10 +21,13 @@ SQL parser) and returns the SQL text of the conjuncts Spark would push.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
 from typing import Any
 
 from ..sql import duckdb_connection
+from . import nodes as n
 
 _COMPARE = {"COMPARE_EQUAL", "COMPARE_NOTEQUAL", "COMPARE_LESSTHAN", "COMPARE_GREATERTHAN",
             "COMPARE_LESSTHANOREQUALTO", "COMPARE_GREATERTHANOREQUALTO", "COMPARE_NOT_DISTINCT_FROM"}
@@ -85,3 +96,23 @@ def pushable_conjuncts(condition: str) -> list[str]:
         if idx >= 0:
             out.append(sql[idx + len(" WHERE "):].rstrip(";"))
     return out
+
+
+def _mentions(expr: str, column: str) -> bool:
+    return re.search(r'(?<![\w."])"?' + re.escape(column) + r'"?(?![\w"])', expr) is not None
+
+
+def push_filters_below_watermarks(node: n.Node) -> n.Node:
+    """`node` with every filter that does not mention a with_watermark's column moved below it
+    (module doc); the other nodes are rebuilt unchanged."""
+    if isinstance(node, n.Filter):
+        child = push_filters_below_watermarks(node.child)
+        if isinstance(child, n.WithWatermark) and not _mentions(node.condition, child.column):
+            return dataclasses.replace(child, child=push_filters_below_watermarks(n.Filter(child.child, node.condition)))
+        return n.Filter(child, node.condition)
+    if isinstance(node, n.Unary):
+        return dataclasses.replace(node, child=push_filters_below_watermarks(node.child))
+    if isinstance(node, (n.Join, n.Union)):
+        return dataclasses.replace(node, left=push_filters_below_watermarks(node.left),
+                                   right=push_filters_below_watermarks(node.right))
+    return node

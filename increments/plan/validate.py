@@ -9,22 +9,21 @@ Rules:
 - several stateful operators (aggregations, stream-stream joins, dedup) may be chained in append
   mode only, as in Spark 3.5+; in update and complete mode at most one streaming aggregation;
 - transform_with_state's own output mode must match the query's (append/update);
-- node rules (check_node): a union's two sides are streams; transform_with_state is grouped, its
-  processor is a StatefulProcessor, its output mode is append or update, and an initial state
-  needs handle_initial_state; an aggregation groups by at most one F.window, and one with an
+- node rules (check_node): a join's left side is the stream, and a stream-static join is inner,
+  left outer or left semi (the static side's unmatched rows are never final); a union's two
+  sides are streams; transform_with_state is grouped, its processor is a StatefulProcessor, its
+  output mode is append or update, and an initial state needs handle_initial_state; an aggregation groups by at most one F.window, and one with an
   F.session_window groups by it and plain columns only, in append or complete output mode (as
   Spark: no update mode for session windows).
 
-validate() runs all of these before anything is built. The builders of Union,
+validate() runs all of these before anything is built. The builders of Join, Union,
 TransformWithState and Aggregate (with session windows) call check_node too, so a plan compiled
 without validation (frame.schema, frame.explain()) is refused the same way.
 
 The refusals that need the built inputs' schemas (a missing column, a non-TIMESTAMP event time,
 a join condition that does not type-check, an outer join without watermarks and time bounds) are
 raised by the builders (plan/compiler.py for the stateless nodes, the functions in
-plan/builders.py for the others). Plan-only refusals still raised by builders outside this
-module: operators/join.py (the stream must be the left side; the join types a stream-static join
-supports).
+plan/builders.py for the others).
 """
 from __future__ import annotations
 
@@ -70,6 +69,13 @@ def check_node(node: n.Node, output_mode: str | None = None) -> None:
     inputs' schemas)."""
     if isinstance(node, n.Aggregate):
         _check_aggregate_keys(node, output_mode)
+    if isinstance(node, n.Join):
+        if not n.is_streaming(node.left):
+            raise AnalysisException("join: the left side must be the stream; call stream.join(static, ...)")
+        if not n.is_streaming(node.right) and node.how not in ("inner", "left_outer", "left_semi"):
+            raise AnalysisException(f"join: {node.how} between a stream (left) and a static table (right) is not "
+                                    "supported (the static side's unmatched rows are never final); use inner, "
+                                    "left_outer or left_semi with the stream on the left")
     if isinstance(node, n.Union) and not (n.is_streaming(node.left) and n.is_streaming(node.right)):
         raise AnalysisException("union: both sides must be streams (a union of a stream and a static table is "
                                 "not supported)")
