@@ -11,8 +11,9 @@ TIMESTAMPTZ; `TIMESTAMP_NTZ` is the naive one. DuckDB type names themselves (sta
   state schema (checkpoint metadata and state/<op>/_schema.json); never raises. Types outside
   the table keep Arrow's spelling upper-cased (DECIMAL128(10, 2), LARGE_BINARY): checkpoints
   recorded those names and `increments check` compares them, so they must not change.
-- `duckdb_to_arrow(name)`: the Arrow type of a DuckDB type name read back from a state schema,
-  None when unknown (the reader then infers the type from the values).
+- `duckdb_to_arrow(name)`: the Arrow type of a DuckDB type name read back from a state schema
+  (the names state_type_name records included: DECIMAL128(p, s), UINT64, LARGE_BINARY), None when
+  unknown (the reader then infers the type from the values).
 """
 from __future__ import annotations
 
@@ -39,11 +40,17 @@ _ARROW = {
 }
 #: DuckDB type name of each Arrow type in _ARROW
 _NAMES: dict[pa.DataType, str] = {t: name for name, t in _ARROW.items()}
-#: names a state schema may hold besides _ARROW's (DuckDB's synonyms and unsigned types)
+#: names a state schema may hold besides _ARROW's (DuckDB's synonyms and unsigned types, and the
+#: Arrow spellings state_type_name records for unsigned integers and large binary)
 _READ_BACK = {
     **_ARROW, "BOOL": pa.bool_(), "INT": pa.int32(), "REAL": pa.float32(), "TEXT": pa.string(),
     "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"), "UBIGINT": pa.uint64(), "UINTEGER": pa.uint32(),
+    "USMALLINT": pa.uint16(), "UTINYINT": pa.uint8(),
+    "UINT64": pa.uint64(), "UINT32": pa.uint32(), "UINT16": pa.uint16(), "UINT8": pa.uint8(),
+    "LARGE_BINARY": pa.large_binary(),
 }
+#: DECIMAL(p,s) as schemas write it, DECIMAL128(p, s) as state_type_name records it
+_DECIMAL = re.compile(r"DECIMAL(?:128)?\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
 @dataclass(frozen=True)
@@ -137,5 +144,10 @@ def state_type_name(t: pa.DataType) -> str:
 
 
 def duckdb_to_arrow(name: str) -> pa.DataType | None:
-    """The Arrow type of a DuckDB type name from a state schema; None when unknown (infer it)."""
-    return _READ_BACK.get(name.strip().upper())
+    """The Arrow type of a DuckDB type name from a state schema (or of the name state_type_name
+    recorded for it); None when unknown (infer it)."""
+    name = name.strip().upper()
+    m = _DECIMAL.fullmatch(name)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    return _READ_BACK.get(name)

@@ -43,4 +43,8 @@ def test_state_schema_names_read_back():
     assert duckdb_to_arrow("timestamp with time zone") == pa.timestamp("us", "UTC")
     assert duckdb_to_arrow("TIMESTAMP") == pa.timestamp("us")      # DuckDB's TIMESTAMP is naive
     assert duckdb_to_arrow("UBIGINT") == pa.uint64()
-    assert duckdb_to_arrow("STRUCT") is None and duckdb_to_arrow("DECIMAL128(10, 2)") is None   # inferred
+    for t in (pa.decimal128(10, 2), pa.decimal128(38, 0), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
+              pa.large_binary()):      # the names outside the table read back too
+        assert duckdb_to_arrow(state_type_name(t)) == t
+    assert duckdb_to_arrow("DECIMAL(10,2)") == pa.decimal128(10, 2)
+    assert duckdb_to_arrow("STRUCT") is None and duckdb_to_arrow("DECIMAL128(10)") is None   # inferred
