@@ -5,7 +5,7 @@ partitions (Spark cannot: its shuffle partitions are fixed by the checkpoint).
     for every state store of commits[V].extra["state_tokens"] (operator, and its side stores):
         read every partition at (V, its token)
         re-hash every key into 0..N-1 with the operator's own key -> partition function
-            (operators/state_util.partition_sql over the key columns the operator hashes; the
+            (operators/partitioning.partition_sql over the key columns the operator hashes; the
             stream-stream join hashes the key text its chunks carry in __k)
         write each new partition as a snapshot of version V under a fresh token (state/rescale.py;
             create-only: the old files stay, and stay authoritative until the next step)
@@ -27,6 +27,8 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from ..errors import AnalysisException
+from ..operators.partitioning import partition_ids
+from ..types import duckdb_to_arrow
 
 
 def repartition(checkpoint: Any, partitions: int, log_url: str | None = None,
@@ -89,7 +91,7 @@ def _rewrite(loc: Any, conf: dict[str, Any], version: int, tokens: dict[str, lis
             if name == "symmetricHashJoin":
                 parts = _join_parts(rows, new)
             else:
-                assign = _partitioner(name, schema, suffix)
+                assign = _partitioner(store_id, name, schema, suffix)
                 ids = assign([k for k, _ in rows], new) if rows else []
                 parts = [([], []) for _ in range(new)]
                 for (k, v), p in zip(rows, ids):
@@ -120,14 +122,20 @@ def _record(log: Any, batch_id: int, new_tokens: dict[str, list], old: int, new:
 
 
 # -- key -> partition, per operator (the functions the operators hash with) --------------------------
-def _arrow_type(duck: str) -> pa.DataType:
-    from ..types import Field
-    return Field("k", duck).arrow_type
+def _arrow_type(store: str, column: str, name: str) -> pa.DataType:
+    """The Arrow type of a key column from the type name its state schema recorded."""
+    t = duckdb_to_arrow(name)
+    if t is None:
+        raise AnalysisException(
+            f"increments repartition: state store {store}: key column {column!r} has type {name!r}, which "
+            "repartition cannot read back to hash it; the state was not changed (keep the current number "
+            "of partitions, or rebuild the state from the sources with a new checkpoint)")
+    return t
 
 
 def _hash(values: list[tuple], types: list[pa.DataType], n: int) -> list[int]:
-    """state_util.partition_ids over columns of these types (the operators' partition_sql)."""
-    from ..operators.state_util import partition_ids
+    """operators/partitioning.partition_ids over columns of these types (the operators'
+    partition_sql)."""
     if not types:
         return [0] * len(values)
     cols = [f"c{i}" for i in range(len(types))]
@@ -135,13 +143,13 @@ def _hash(values: list[tuple], types: list[pa.DataType], n: int) -> list[int]:
     return partition_ids(table, cols, n).to_pylist()
 
 
-def _partitioner(name: str, schema: dict[str, Any], suffix: str) -> Callable[[list[bytes], int], list[int]]:
+def _partitioner(store: str, name: str, schema: dict[str, Any], suffix: str) -> Callable[[list[bytes], int], list[int]]:
     from state.encoding import decode_key
     fields = [tuple(f) for f in schema.get("key") or []]
 
     def plain(keys: list[bytes], n: int, skip: int, tfields: list, time_first: bool = False) -> list[int]:
         dec = [decode_key(k)[skip:] for k in keys]
-        types = [_arrow_type(t) for _, t in tfields]
+        types = [_arrow_type(store, c, t) for c, t in tfields]
         if time_first:       # the event time is stored as µs; the operator hashed the timestamp column
             dec = [(pa.scalar(d[0], pa.int64()).cast(pa.timestamp("us", tz="UTC")).as_py(),) + tuple(d[1:])
                    for d in dec]

@@ -16,10 +16,6 @@ from typing import Any
 
 from state.schema import write_state_schema
 
-# Kept for checkpoint/repartition.py (_hash), which imports partition_ids from here: it now lives
-# in operators/partitioning.py. Remove once that caller imports it from there.
-from .partitioning import partition_ids  # noqa: F401
-
 
 def side_stores(ctx: Any, op: Any, suffix: str) -> list:
     return ctx.state.stores_for(f"{op.operator_id}-{suffix}", ctx.batch_id)

@@ -149,3 +149,49 @@ def test_repartition_refuses_a_planned_uncommitted_batch(tmp_path):
         rt.close()
     with pytest.raises(AnalysisException, match="planned but not committed"):
         repartition(chk, 3)
+
+
+def _unsigned_counts(root: str, chk: str, key_type: str, partitions: int, files: range, out: dict) -> None:
+    """clicks grouped by ad_id cast to an unsigned type (a UINT* key in the state schema), update mode."""
+    _write(os.path.join(root, "clicks"), files, _clicks)
+    frame = (inc.read_stream.files(os.path.join(root, "clicks"), "json",
+                                   "campaign_id STRING, user_id STRING, ad_id BIGINT, event_time TIMESTAMP",
+                                   max_files_per_trigger=1)
+             .with_column("ad", f"CAST(ad_id AS {key_type})").group_by("ad", "campaign_id").count())
+    (frame.write_stream.foreach_batch(lambda t, b: out.__setitem__(b, sorted(map(str, t.to_pylist()))))
+     .output_mode("update").checkpoint_location(chk).query_name("rescale_unsigned")
+     .option("state_partitions", partitions).trigger(available_now=True).start().await_termination())
+
+
+def _state_rows(chk: str) -> list:
+    return sorted(inc.read_state(chk).to_pylist(), key=lambda r: (r["ad"], r["campaign_id"]))
+
+
+@pytest.mark.parametrize("key_type", ["UBIGINT", "UINTEGER", "USMALLINT"])
+def test_unsigned_grouping_key_is_repartitioned(tmp_path, key_type):
+    """An unsigned key column is recorded as UINT64/UINT32/UINT16 in the state schema (repartition used
+    to crash on those names): after repartitioning 2 -> 3, every key's state (counts and partition) is
+    the one of a query that ran with 3 partitions from the start, and so is the resumed output."""
+    got, ref = {}, {}
+    chk, ref_chk = str(tmp_path / "chk"), str(tmp_path / "ref_chk")
+    _unsigned_counts(str(tmp_path / "a"), chk, key_type, 2, range(0, 3), got)
+    _unsigned_counts(str(tmp_path / "b"), ref_chk, key_type, 3, range(0, 3), ref)
+    before = _state_rows(chk)
+    assert repartition(chk, 3)["stores"] == {"0": len(before)}
+    after = _state_rows(chk)
+    assert [{k: v for k, v in r.items() if k != "_partition"} for r in after] == \
+        [{k: v for k, v in r.items() if k != "_partition"} for r in before]
+    assert after == _state_rows(ref_chk)
+    assert {r["_partition"] for r in after} == {0, 1, 2}
+    _unsigned_counts(str(tmp_path / "a"), chk, key_type, 3, range(3, 5), got)
+    _unsigned_counts(str(tmp_path / "b"), ref_chk, key_type, 3, range(3, 5), ref)
+    assert got == ref and len(got) == 5
+
+
+def test_a_key_type_repartition_cannot_read_back_is_refused_by_name():
+    from increments.checkpoint.repartition import _partitioner
+    from state.encoding import encode_key
+    assign = _partitioner("0", "stateStoreSave", {"key": [["k", "TIME64[US]"]]}, "")
+    with pytest.raises(AnalysisException, match=r"state store 0: key column 'k' has type 'TIME64\[US\]'.*"
+                                                r"the state was not changed"):
+        assign([encode_key((1,))], 3)
