@@ -19,25 +19,33 @@ unrescaled run's: every key lands where a query started with N partitions would 
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import tempfile
 import time
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..errors import AnalysisException
+from state import make_provider
+from state.encoding import decode_key, encode_value
+from state.rescale import read_version, write_snapshot
+
+from .. import storage
+from ..errors import AnalysisException, IncrementsError
+from ..operators import join_state as js
 from ..operators.partitioning import partition_ids
 from ..types import duckdb_to_arrow
+from .log import BatchLog, resolve_log_url
+from .metadata import read_metadata
 
 
 def repartition(checkpoint: Any, partitions: int, log_url: str | None = None,
                 storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rewrite the state of the query at `checkpoint` into `partitions` partitions (module doc);
     returns {"batch_id", "from", "to", "stores": {store: rows}}."""
-    from .. import storage
-    from .log import BatchLog, resolve_log_url
-    from .metadata import read_metadata
     if partitions < 1:
         raise AnalysisException("increments repartition: --partitions must be >= 1")
     loc = storage.location(checkpoint, storage_options)
@@ -67,10 +75,6 @@ def repartition(checkpoint: Any, partitions: int, log_url: str | None = None,
 
 def _rewrite(loc: Any, conf: dict[str, Any], version: int, tokens: dict[str, list], old: int,
              new: int) -> tuple[dict[str, list], dict[str, int]]:
-    import tempfile
-
-    from state import make_provider
-    from state.rescale import read_version, write_snapshot
     schemas = {k[len("state_schema["):-1].split(":", 1)[0]: (k[len("state_schema["):-1].split(":", 1)[1], v)
                for k, v in conf.items() if k.startswith("state_schema[")}
     provider_name = conf.get("state_store", "rocksdb")
@@ -144,7 +148,6 @@ def _hash(values: list[tuple], types: list[pa.DataType], n: int) -> list[int]:
 
 
 def _partitioner(store: str, name: str, schema: dict[str, Any], suffix: str) -> Callable[[list[bytes], int], list[int]]:
-    from state.encoding import decode_key
     fields = [tuple(f) for f in schema.get("key") or []]
 
     def plain(keys: list[bytes], n: int, skip: int, tfields: list, time_first: bool = False) -> list[int]:
@@ -180,11 +183,6 @@ def _partitioner(store: str, name: str, schema: dict[str, Any], suffix: str) -> 
 def _join_parts(rows: list[tuple[bytes, bytes]], n: int) -> list[tuple[list, list]]:
     """The join's chunks regrouped: each stored row to md5(__k) % n (join.py's partition), one chunk
     per (side, batch) per partition as the operator writes them, and each partition's row counts."""
-    import pyarrow.compute as pc
-
-    from state.encoding import decode_key, encode_value
-
-    from ..operators import join_state as js
     side_of = {v: k for k, v in js.TAGS.items()}
     groups: dict[tuple[int, str, int], list[pa.Table]] = {}
     for k, v in rows:
@@ -215,7 +213,6 @@ def _join_parts(rows: list[tuple[bytes, bytes]], n: int) -> list[tuple[list, lis
 def main(argv: list[str] | None = None) -> int:
     """`increments repartition <checkpoint> --partitions N [--log-url URL] [--storage-option K=V ...]`
     (increments/cli.py; also `python -m increments.checkpoint.repartition ...`)."""
-    import argparse
     p = argparse.ArgumentParser(prog="increments repartition",
                                 description="rewrite a stopped query's state into N state partitions")
     add_arguments(p)
@@ -232,8 +229,6 @@ def add_arguments(p: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from .. import storage
-    from ..errors import IncrementsError
     opts = dict(kv.split("=", 1) for kv in (args.storage_option or []))
     storage.remember_secrets(opts)
     try:

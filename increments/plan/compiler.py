@@ -14,6 +14,7 @@ execution/sink_factory.py, checkpoint/.)
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,7 +172,6 @@ def _qualifiers(op: PhysicalOp) -> dict[str, dict[str, str]] | None:
 
 
 def _qualify(node: n.Node, quals: dict[str, dict[str, str]]) -> n.Node:
-    import dataclasses
     if isinstance(node, n.Select):
         return dataclasses.replace(node, exprs=tuple(qualify_sql(e, quals, as_select=True) for e in node.exprs))
     if isinstance(node, n.Filter):
