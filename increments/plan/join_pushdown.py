@@ -24,7 +24,7 @@ key columns (any other `on` is returned unchanged; analyse() refuses it when the
   join: leftSideOnly / rightSideOnly): the operator neither stores nor joins a row failing it,
   and an outer join emits that row's NULL row at once. The conjuncts stay in the condition too.
 - Stream-static joins get the same rewrite (the static side is pushed to like a stream side); their
-  operator ignores the pre-join conjuncts and evaluates the whole condition in its LEFT JOIN.
+  operator ignores the pre-join conjuncts and evaluates the whole condition in its one DuckDB join.
 
 Nothing here refuses a query, and nothing is caught: a conjunct DuckDB cannot bind against one side
 alone is not that side's (join_condition.binds turns the binding error into False), so it stays
