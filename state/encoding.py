@@ -15,7 +15,10 @@ encode_key((hi,)))`` returns exactly the keys whose first element ``e`` has ``lo
 (this is how an event-time prefix becomes a window range and eviction a range delete).
 
 Supported element types: None, bool, int (signed 64-bit), float, str, bytes,
-datetime (tz-aware: converted to UTC microseconds; naive: kept naive), date.
+datetime (tz-aware: converted to UTC microseconds; naive: kept naive), date, and
+decimal.Decimal up to 38 digits (Arrow's decimal128: the unscaled integer, then the scale;
+ordered within one scale, which is what one column's values share; a Decimal comes back
+with the scale it went in with).
 Floats: -0.0 is normalised to 0.0; NaN sorts above +inf.
 
 Values are encoded with pickle protocol 5 (``encode_value``/``decode_value``): any
@@ -24,14 +27,15 @@ picklable tuple round-trips; no ordering is implied.
 from __future__ import annotations
 
 import datetime as _dt
+import decimal as _decimal
 import pickle
 import struct
 
 __all__ = ["encode_key", "decode_key", "encode_prefix", "prefix_end",
            "encode_value", "decode_value"]
 
-T_NONE, T_FALSE, T_TRUE, T_INT, T_FLOAT, T_STR, T_BYTES, T_TS, T_TS_NAIVE, T_DATE = (
-    0x01, 0x02, 0x03, 0x10, 0x11, 0x20, 0x21, 0x30, 0x31, 0x32)
+T_NONE, T_FALSE, T_TRUE, T_INT, T_FLOAT, T_DEC, T_STR, T_BYTES, T_TS, T_TS_NAIVE, T_DATE = (
+    0x01, 0x02, 0x03, 0x10, 0x11, 0x12, 0x20, 0x21, 0x30, 0x31, 0x32)
 
 _Q = struct.Struct(">Q")
 _SIGN = 1 << 63
@@ -46,6 +50,23 @@ def _int64(v: int) -> bytes:
     if not -_SIGN <= v < _SIGN:
         raise OverflowError(f"integer {v} does not fit in a signed 64-bit key")
     return _Q.pack(v + _SIGN)
+
+
+_SIGN128 = 1 << 127
+
+
+def _decimal128(v: _decimal.Decimal) -> bytes:
+    if not v.is_finite():
+        raise TypeError(f"cannot encode Decimal value {v!r} in a state key (not finite)")
+    sign, digits, exp = v.as_tuple()
+    unscaled = int("".join(map(str, digits)) or "0")
+    if exp > 0:                      # Decimal('1E+2'): scale 0
+        unscaled, exp = unscaled * 10 ** exp, 0
+    if sign:
+        unscaled = -unscaled
+    if not -_SIGN128 < unscaled < _SIGN128 or -exp > 255:
+        raise OverflowError(f"Decimal {v} does not fit in a 38-digit (decimal128) state key")
+    return (unscaled + _SIGN128).to_bytes(16, "big") + bytes((-exp,))
 
 
 def _escape(b: bytes) -> bytes:
@@ -73,6 +94,8 @@ def _encode_one(v, out: list) -> None:
         (bits,) = _Q.unpack(struct.pack(">d", v))
         bits = (bits ^ _MASK) if bits & _SIGN else (bits | _SIGN)
         out.append(b"\x11" + _Q.pack(bits))
+    elif isinstance(v, _decimal.Decimal):
+        out.append(b"\x12" + _decimal128(v))
     elif isinstance(v, str):
         out.append(b"\x20" + _escape(v.encode("utf-8")))
     elif isinstance(v, (bytes, bytearray, memoryview)):
@@ -147,6 +170,9 @@ def decode_key(b: bytes) -> tuple:
             (bits,) = _Q.unpack_from(b, i); i += 8
             bits = (bits ^ _SIGN) if bits & _SIGN else (bits ^ _MASK)
             out.append(struct.unpack(">d", _Q.pack(bits))[0])
+        elif t == T_DEC:
+            unscaled = int.from_bytes(b[i:i + 16], "big") - _SIGN128
+            out.append(_decimal.Decimal(f"{unscaled}E-{b[i + 16]}")); i += 17  # exact (no context rounding)
         elif t == T_STR:
             raw, i = _unescape(b, i)
             out.append(raw.decode("utf-8"))

@@ -167,10 +167,10 @@ def _state_rows(chk: str) -> list:
     return sorted(inc.read_state(chk).to_pylist(), key=lambda r: (r["ad"], r["campaign_id"]))
 
 
-@pytest.mark.parametrize("key_type", ["UBIGINT", "UINTEGER", "USMALLINT"])
+@pytest.mark.parametrize("key_type", ["UBIGINT", "UINTEGER", "USMALLINT", "DECIMAL(12, 2)"])
 def test_unsigned_grouping_key_is_repartitioned(tmp_path, key_type):
-    """An unsigned key column is recorded as UINT64/UINT32/UINT16 in the state schema (repartition used
-    to crash on those names): after repartitioning 2 -> 3, every key's state (counts and partition) is
+    """An unsigned key column is recorded as UINT64/UINT32/UINT16 in the state schema, a decimal one as
+    DECIMAL128(12, 2) (repartition used to crash on those names; a decimal key could not be kept in state): after repartitioning 2 -> 3, every key's state (counts and partition) is
     the one of a query that ran with 3 partitions from the start, and so is the resumed output."""
     got, ref = {}, {}
     chk, ref_chk = str(tmp_path / "chk"), str(tmp_path / "ref_chk")

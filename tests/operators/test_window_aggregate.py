@@ -259,3 +259,22 @@ def test_select_names_window_and_count_without_quotes(tmp_path):
     assert q.exception() is None
     rows = _inc.memory_table("select_window_count").to_pylist()
     assert [(r["window"]["start"].hour, r["count"], r["k"]) for r in rows] == [(0, 5, "a")]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_group_by_a_decimal_key(tmp_path, store):
+    """A DECIMAL(10,2) grouping key is kept in state (update mode, 2 partitions) and comes back
+    with its scale; the counts and sums run on across batches."""
+    from decimal import Decimal as D
+    src = inc.read_stream.memory("price DECIMAL(10,2), n BIGINT")
+    out: dict[int, list] = {}
+    q = (src.group_by("price").agg(F.count("*").alias("c"), F.sum("n").alias("s"))
+         .write_stream.output_mode("update").foreach_batch(lambda t, b: out.__setitem__(b, sorted(
+             (str(r["price"]), r["c"], r["s"]) for r in t.to_pylist())))
+         .option("state_store", store).option("state_partitions", 2)
+         .checkpoint_location(str(tmp_path / "chk")).trigger(available_now=True))
+    src.add_data([{"price": D("1.25"), "n": 1}, {"price": D("-3.50"), "n": 2}, {"price": D("1.25"), "n": 3}])
+    q.start().await_termination()
+    src.add_data([{"price": D("1.25"), "n": 10}, {"price": D("0.00"), "n": 5}])
+    q.start().await_termination()
+    assert out == {0: [("-3.50", 1, 2), ("1.25", 2, 4)], 1: [("0.00", 1, 5), ("1.25", 3, 14)]}

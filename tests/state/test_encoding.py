@@ -84,3 +84,20 @@ def test_errors():
 def test_value_codec_roundtrip():
     v = (1, "x", None, 2.5, [1, 2], {"a": b"b"}, dt.datetime(2024, 1, 1, tzinfo=UTC))
     assert decode_value(encode_value(v)) == v
+
+
+def test_decimal_keys_order_and_keep_their_scale():
+    """A decimal grouping key (Arrow decimal128: one scale per column) orders by value within
+    its scale and comes back with that scale (Decimal('1.50'), not Decimal('1.5'))."""
+    from decimal import Decimal as D
+    vals = [D("-99999999.99"), D("-12.50"), D("-0.01"), D("0.00"), D("0.01"), D("1.25"),
+            D("99999999.99")]
+    keys = [encode_key((v, "x")) for v in vals]
+    assert keys == sorted(keys)
+    assert [str(decode_key(k)[0]) for k in keys] == [str(v) for v in vals]
+    big = D("9" * 38)
+    assert decode_key(encode_key((big,)))[0] == big
+    with pytest.raises(OverflowError, match="38-digit"):
+        encode_key((D("9" * 39),))
+    with pytest.raises(TypeError, match="not finite"):
+        encode_key((D("NaN"),))
