@@ -22,14 +22,17 @@ each is a round trip: the libpq trace counts ReadyForQuery messages, which inclu
 COMMIT and ROLLBACK; on SQLite the statements SQLite runs, BEGIN/COMMIT included), the log's
 durable commits (transactions that wrote a row), and the fsync() calls made from Python (state
 files and their directories; SQLite's own fsync of its WAL is one per durable commit with
-synchronous=FULL).
+synchronous=FULL). The counters hook the DBAPI connections through the SQLAlchemy pool's connect
+event, so they count the same way whatever code path the engine uses.
 
 Stateful CPU by thread: the thread running the batch (its own CPU time, median), and the mean per
 stateful batch of the StateManager's pool (the partitions' opens and commits not run on the batch's
 thread), the background snapshot jobs (RocksDB checkpoint, its upload and the retention cleanup of
 every snapshot_interval-th version) and RocksDB's own flush/compaction threads, from /proc over the
-timed batches (only the stateful case uses them). The counters hook the DBAPI connections through the SQLAlchemy pool's connect
-event, so they count the same way whatever code path the engine uses.
+timed batches (only the stateful cases use them).
+
+A second stateful case, "stateful_1p", sends the same 100 rows all with one key: one of the two
+partitions is touched, the other commits a version with no changes (no file: state.files).
 """
 from __future__ import annotations
 
@@ -192,11 +195,12 @@ class Case:
         url = resolve_log_url(log_url, chk)
         self.counter = LogCounter.of(engine_for(url))       # before the runtime opens its connections
         name = f"bench_{kind}_{time.time_ns()}"
-        if kind == "stateful":
+        if kind.startswith("stateful"):
             self.src = inc.read_stream.memory("k STRING, v BIGINT")
             w = (self.src.group_by("k").count().write_stream.format("memory").output_mode("update")
                  .option("state_store", "rocksdb").option("state_partitions", 2))
-            self.rows = [{"k": f"k{i % 10}", "v": i} for i in range(100)]
+            keys = 10 if kind == "stateful" else 1
+            self.rows = [{"k": f"k{i % keys}", "v": i} for i in range(100)]
         else:
             self.src = inc.read_stream.memory("id BIGINT, name STRING")
             w = self.src.filter("id >= 0").select("id", "upper(name) AS name").write_stream.format("memory")
@@ -337,7 +341,7 @@ def main() -> None:
                     help="override the SQLite log's synchronous setting (NORMAL: commits not fsynced, not "
                          "durable against a power loss; only to measure what durability costs)")
     a = ap.parse_args()
-    cases = {k: Case(k, a.log_url, a.sqlite_synchronous) for k in ("empty", "one_row", "stateful")}
+    cases = {k: Case(k, a.log_url, a.sqlite_synchronous) for k in ("empty", "one_row", "stateful", "stateful_1p")}
     for c in cases.values():
         c.batches(20)                      # warm-up: connections, DuckDB, RocksDB working copies
         c.work.clear()
@@ -389,10 +393,15 @@ def main() -> None:
     print(f"    of which the state commit of both partitions (commit_all)      {ms(st.commit_ms):8.3f} ms")
     if not backend.startswith("PostgreSQL"):
         print(f"    above data work and the durable floor                          {ab - ms(res['floor_state']):8.3f} ms")
+    s1 = cases["stateful_1p"]
+    n1 = len(res["stateful_1p"])
+    t1, w1 = ms(res["stateful_1p"]), ms(s1.work[:n1])
+    print(f"  {'stateful, 100 rows of one key (1 of 2 partitions touched)':<60}{t1:8.3f} ms  (CPU "
+          f"{ms(s1.cpu[:n1]):.3f} ms; data work {w1:.3f} ms, commit_all {ms(s1.commit_ms):.3f} ms)")
     n_st = len(res["stateful"])
-    mean_ms = 1000 / max(1, n_st)
-    print(f"    CPU by thread, mean per stateful batch (the background jobs' CPU spread over the batches):")
-    print(f"      thread running the batch (median)                            {ms(st.main_cpu[:n_st]):8.3f} ms")
+    mean_ms = 1000 / max(1, n_st + n1)
+    print(f"    CPU by thread (background jobs: mean per batch of both stateful cases):")
+    print(f"      thread running the batch (median, 10-key case)               {ms(st.main_cpu[:n_st]):8.3f} ms")
     for g in ("state commit/open pool", "snapshot jobs", "RocksDB flush/compaction"):
         print(f"      {g:<61}{(threads1.get(g, 0.0) - threads0.get(g, 0.0)) * mean_ms:8.3f} ms")
     print(f"  per batch, counted over {a.count_batches} more batches (not timed):")
