@@ -9,7 +9,9 @@ Version protocol (version == batch id)
 * Batch N opens version N-1 with the token the commit log records for it (``-1`` = empty, before
   any commit), reads and writes, then ``commit(N)``; ``store.token`` is then the token of the new
   version N (a fresh uuid per commit attempt), which the engine records in commits[N].
-  Every batch commits every partition, even with no changes (cheap).
+  Every batch commits every partition; a commit with no changes (a partition the batch did not
+  touch) writes no file: its token is derived from the parent's (state.files.derived_token) and
+  loading follows it to the version it equals. Versions due for a snapshot are always written.
 * ``abort()`` (or ``close()`` without commit) discards the batch's changes; the store is back
   at the loaded version.
 * A redo of batch N opens N-1 again and commits N again under a new token. Nothing of the

@@ -3,6 +3,9 @@ token resolution, loading by lineage, and retention cleanup. A provider only loa
 snapshots (``_load``, ``_write_version`` and what they call).
 
 Commit of version N by a store loaded at (N-1, parent token), in every provider:
+  0. no changes and N not due for a snapshot: no file at all; T = files.derived_token(parent)
+     ("the content of the parent's base version"), recorded by the commit log like any token
+     (``_keep_version``); steps 1-3 are skipped. The version is as durable as its base.
   1. a fresh token T; meta = {version: N, token: T, parent, rows}
   2. ``_write_version``: the provider writes N's files create-only under names carrying (N, T)
      (its log, and its snapshot when due; with RocksDB the snapshot may follow in the background).
@@ -47,7 +50,7 @@ class FileBackedProvider(StateStoreProvider):
         return files.list_store(self.store_loc(operator, partition))
 
     def latest_version(self, operator: str, partition: int) -> int:
-        """The newest version any attempt wrote (one LIST)."""
+        """The newest version any attempt wrote files for (one LIST); unchanged versions have none."""
         return self.listing(operator, partition).latest()
 
     # -- open ---------------------------------------------------------------------------------------
@@ -92,14 +95,18 @@ class FileBackedProvider(StateStoreProvider):
     def _commit(self, store: StateStore, version: int, keys: list[bytes], values: list, rows: int) -> str:
         """Steps 1-3 of the module doc; returns the new token."""
         key = (store.operator, store.partition)
-        token = files.new_token(rows)
+        unchanged = not keys and not self.cleanup_due(version)
+        token = files.derived_token(store.token) if unchanged else files.new_token(rows)
         meta = {"version": version, "token": token, "parent": store.token, "rows": rows}
         keep = version - self.retention_versions - 2 * self.snapshot_interval   # older entries cannot be a bound
         lineage = dict(self._lineages.get(key, {}))      # a new map: background cleanups may read the old one
         if lineage and min(lineage) < keep:
             lineage = {v: t for v, t in lineage.items() if v >= keep}
         lineage[version] = token
-        self._write_version(store, meta, keys, values, lineage)
+        if unchanged:
+            self._keep_version(store, meta, lineage)
+        else:
+            self._write_version(store, meta, keys, values, lineage)
         self._lineages[key] = lineage
         if self.sync_cleanup and self.cleanup_due(version):
             self._cleanup(store.operator, store.partition, version)
@@ -108,6 +115,10 @@ class FileBackedProvider(StateStoreProvider):
     def _write_version(self, store: StateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
         raise NotImplementedError
+
+    def _keep_version(self, store: StateStore, meta: dict, lineage: dict[int, str]) -> None:
+        """An unchanged version (derived token, no file: see state.files): the provider's own
+        bookkeeping only (RocksDB: the working copy's meta)."""
 
     def cleanup_due(self, version: int) -> bool:
         return version > 0 and version % self.snapshot_interval == 0

@@ -50,9 +50,32 @@ _TOKEN_ROWS = re.compile(r"^[0-9a-f]{32}-(\d+)$")
 
 
 def token_rows(token: str | None) -> int | None:
-    """The row count a token of ``new_token(rows)`` carries; None for other tokens."""
-    m = _TOKEN_ROWS.match(token or "")
+    """The row count a token of ``new_token(rows)`` (or one derived from it) carries; None for
+    other tokens."""
+    m = _TOKEN_ROWS.match(split_token(token or "")[0])
     return int(m.group(1)) if m else None
+
+
+# -- unchanged versions: no file, a token derived from the parent's ----------------------------------
+# A commit with no changes (a partition the batch did not touch) writes nothing: its token is
+# ``<base>~<k>``, meaning "the content of version v-k of attempt <base>" (a version with files),
+# k = 1, 2, ... for consecutive unchanged versions. The commit log records that token like any
+# other, so the version is as durable as its base, which was durable before. Derived tokens never
+# name a file; loading follows them to the base (``trace``). A version due for a snapshot is
+# always written, so a chain of derived versions never spans a snapshot (retention stays sound).
+_DERIVED = "~"
+
+
+def split_token(token: str) -> tuple[str, int]:
+    """(base token, k) of ``<base>~<k>``; (token, 0) for a token that names files."""
+    base, sep, k = token.rpartition(_DERIVED)
+    return (base, int(k)) if sep and k.isdigit() else (token, 0)
+
+
+def derived_token(parent: str) -> str:
+    """The token of an unchanged version on top of ``parent`` (see above)."""
+    base, k = split_token(parent)
+    return f"{base}{_DERIVED}{k + 1}"
 
 
 def put(loc, name: str, data: bytes) -> None:
@@ -213,8 +236,9 @@ def resolve_token(listing: Listing, version: int, token: str | None, where: str)
         return token
     cands = listing.candidates(version)
     if not cands:
-        raise StateStoreError(f"cannot load state version {version} of {where}: it does not exist "
-                              f"(latest is {listing.latest()})")
+        raise StateStoreError(f"cannot load state version {version} of {where}: no file of it exists "
+                              f"(latest with files is {listing.latest()}); an unchanged version has none: "
+                              "pass the token the commit log records for it")
     if len(cands) > 1:
         raise StateStoreError(f"cannot load state version {version} of {where}: it was written by {len(cands)} "
                               f"attempts (tokens {', '.join(sorted(cands))}); pass the token the commit log "
@@ -240,6 +264,12 @@ def trace(loc, listing: Listing, version: int, token: str, log_kind: str, where:
     v, tok = version, token
     snap = None
     while v >= 0:
+        base, k = split_token(tok)
+        if k:                                   # unchanged versions v-k+1 .. v: the content of (v-k, base)
+            for i in range(k):
+                lineage[v - i] = f"{base}{_DERIVED}{k - i}"
+            v, tok = v - k, base
+            continue
         lineage[v] = tok
         if (v, tok) in listing.snapshots:
             snap = (v, tok)

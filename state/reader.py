@@ -8,10 +8,13 @@ the engine's) and returns one row per state row:
 * without: binary columns ``key`` and ``value``;
 
 plus an int32 ``_partition`` column.  ``checkpoint`` is a Location or a path/URL.
-``version=None`` reads the newest version that every partition has (the engine should pass the
-last committed batch id to be exact). ``tokens`` ({partition: token}) name the attempt of
+``version=None`` reads the newest version that every partition has files for (the engine should
+pass the last committed batch id to be exact). ``tokens`` ({partition: token}) name the attempt of
 ``version`` to read, as the commit log records them; without them a version written by several
-attempts (a redo) is refused as ambiguous.
+attempts (a redo) is refused as ambiguous, a version no partition wrote is refused, and a
+partition with no file at ``version`` (unchanged versions write none, see state.files) is read at
+its newest version below it that has files: the same content on a single lineage. Versions due for a snapshot always have files, so ``version=None``
+is at most snapshot_interval - 1 versions older than the newest a partition changed at.
 """
 from __future__ import annotations
 
@@ -43,6 +46,13 @@ def _provider_kind(listing: files.Listing) -> str:
     return "memory"   # no versions: empty either way
 
 
+def _newest_with_files(listing: files.Listing, version: int) -> int:
+    """``version`` when some attempt wrote files for it, else the newest version below it that has
+    files (-1: none)."""
+    found = [v for (v, _) in list(listing.logs) + list(listing.snapshots) if v <= version]
+    return max(found, default=-1)
+
+
 def _read_partition(checkpoint, operator: str, partition: int, version: int, token: str | None,
                     kind: str, tmp: str) -> list[tuple[bytes, bytes]]:
     from .base import make_provider
@@ -68,12 +78,17 @@ def read_state(checkpoint, operator: str, version: int | None = None, tokens: di
     listings = {p: files.list_store(op_loc.child(str(p))) for p in parts}
     if version is None:
         version = min((lst.latest() for lst in listings.values()), default=-1)
+    newest = max((lst.latest() for lst in listings.values()), default=-1)
+    if version > newest and not tokens:
+        raise StateStoreError(f"cannot read state version {version} of operator {operator!r}: no partition "
+                              f"has it (the newest any partition wrote is {newest})")
     rows: list[tuple[bytes, bytes]] = []
     pcol: list[int] = []
     with tempfile.TemporaryDirectory(prefix="increments-state-reader-") as tmp:
         for p in parts:
-            got = _read_partition(loc, operator, p, version, (tokens or {}).get(p),
-                                  _provider_kind(listings[p]), tmp)
+            token = (tokens or {}).get(p)
+            v = version if token is not None else _newest_with_files(listings[p], version)
+            got = _read_partition(loc, operator, p, v, token, _provider_kind(listings[p]), tmp)
             rows.extend(got)
             pcol.extend([p] * len(got))
     return _to_table(read_state_schema(loc, operator), rows, pcol)

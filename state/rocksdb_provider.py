@@ -255,7 +255,11 @@ class RocksDBStateStoreProvider(FileBackedProvider):
 
     def _recorded_rows(self, loc, version: int, token: str) -> int | None:
         """The row count the checkpoint records for (version, token): from its changelog, else
-        its snapshot's meta; None when neither exists."""
+        its snapshot's meta; None when neither exists. A derived token: its base version's."""
+        base, k = files.split_token(token)
+        version, token = version - k, base
+        if version < 0:
+            return 0
         reads = [lambda: files.decode_meta(loc.read_bytes(files.log_name(version, token, "changelog"))),
                  lambda: json.loads(loc.read_bytes(f"{files.snapshot_name(version, token)}/{files.META}"))]
         for read in (reads if self.changelog_checkpointing else reads[::-1]):
@@ -342,6 +346,10 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                 self._taken[key] = taken
                 self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, store._w, taken, loc,
                                                            meta, key)
+
+    def _keep_version(self, store: RocksDBStateStore, meta: dict, lineage: dict[int, str]) -> None:
+        self._apply_local(store._w, [], [], meta, lineage)
+        self._verified[(store.operator, store.partition)] = (meta["version"], meta["token"], meta["rows"])
 
     def _apply_local(self, w: Working, keys: list[bytes], values: list, meta: dict, lineage: dict[int, str]) -> None:
         self._await_checkpoint(w)

@@ -195,13 +195,52 @@ def test_partitions_and_operators_are_independent(make):
 
 
 def test_empty_commits(make):
+    """Commits without changes write no file (their token is derived from the parent's), except
+    at versions due for a snapshot; the token alone loads them."""
     p = make(snapshot_interval=5)
     s = p.open("op", 0, -1)
     for v in range(12):
         s.commit(v)
     assert s.metrics().num_rows_total == 0
+    token = s.token
     s.close()
-    assert content(make(local="fresh").open("op", 0, 11)) == {}
+    assert token.endswith("~1")
+    assert sorted({int(n.split(".")[0]) for n in store_names(make.ckpt)}) == [5, 10]
+    assert content(make(local="fresh").open("op", 0, 11, token)) == {}
+    with pytest.raises(StateStoreError, match="pass the token the commit log records"):
+        make(local="fresh2").open("op", 0, 11)
+
+
+def test_untouched_versions_write_nothing_and_load_by_their_token(make):
+    """A partition the batch did not touch: commits of no changes write no file and no RocksDB data;
+    every one of them loads by its token (in this provider and in a fresh one), a touched version
+    on top of them records the right parent, a redo of an untouched batch gives the same token,
+    and retention keeps every version still needed."""
+    p = make(snapshot_interval=4, retention_versions=3)
+    s = p.open("op", 0, -1)
+    model, models, tokens = {}, {}, {}
+    for v in range(23):
+        if v % 7 in (0, 3):                     # touched at 0, 3, 7, 10, 14, 17, 21
+            apply_batch(s, v)
+            model_batch(model, v)
+        assert s.commit(v) == v
+        models[v], tokens[v] = dict(model), s.token
+        s = p.open("op", 0, v, tokens[v])
+    s.close()
+    written = {int(n.split(".")[0]) for n in store_names(make.ckpt)}
+    touched = {v for v in range(23) if v % 7 in (0, 3)}
+    assert written - touched <= {v for v in range(23) if v % 4 == 0}      # only snapshot versions besides
+    assert 22 not in written and 11 not in written and "~" in tokens[22]
+    for v in (22, 21, 20, 19, 18):
+        assert content(p.open("op", 0, v, tokens[v])) == models[v], v
+    fresh = make(local="fresh")
+    for v in (22, 20, 19, 18):
+        assert content(fresh.open("op", 0, v, tokens[v])) == models[v], v
+    # a redo of batch 23 (untouched) from 22: the same derived token both times
+    r1 = fresh.open("op", 0, 22, tokens[22]); r1.commit(23); t23 = r1.token; r1.close()
+    r2 = fresh.open("op", 0, 22, tokens[22]); r2.commit(23)
+    assert r2.token == t23 and content(r2) == models[22]
+    r2.close()
 
 
 def test_random_operations_match_a_model(make):
