@@ -92,3 +92,34 @@ def test_tokens_pick_the_attempt_of_a_redone_version(ckpt, tmp_path):
         read_state(ckpt, "agg", version=2)
     t = read_state(ckpt, "agg", version=2, partition=0, tokens={0: redo})
     assert "redo" in t.column("grp").to_pylist() and t.num_rows == 3
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("config", CONFIGS, ids=IDS)
+def test_a_partition_left_untouched_reads_at_every_version(request, tmp_path, storage, config):
+    """Partition 1 changes only at version 0; versions 1..3 of it have no file (derived tokens).
+    With the commit log's tokens every version reads exactly; without them, a partition with no
+    file at the version reads at its newest version below, the same content."""
+    name, changelog = config
+    path = checkpoint_url(request, tmp_path, storage)
+    tokens: dict[int, dict[int, str]] = {}
+    with make_provider(name, path, **provider_conf(name, changelog, str(tmp_path / "w"),
+                                                   snapshot_interval=10)) as p:
+        stores = [p.open("agg", part, -1) for part in (0, 1)]
+        for v in range(4):
+            stores[0].put(encode_key((T0, f"v{v}")), encode_value((v, 0.0)))
+            if v == 0:
+                stores[1].put(encode_key((T0, "only")), encode_value((7, 0.0)))
+            for part, s in enumerate(stores):
+                s.commit(v)
+                tokens.setdefault(v, {})[part] = s.token
+        for s in stores:
+            s.close()
+    assert "~" in tokens[3][1] and not [n for n in store_names(path, "agg", 1) if n.startswith("3.")]
+    for v in range(4):
+        for toks in (tokens[v], None):
+            t = read_state(path, "agg", version=v, tokens=toks)
+            assert sorted(t.column("_partition").to_pylist()) == [0] * (v + 1) + [1], (v, toks)
+    # version=None without tokens: the newest version every partition has files for (0 here; at most
+    # snapshot_interval - 1 behind, as versions due for a snapshot are always written)
+    assert read_state(path, "agg").num_rows == 2
