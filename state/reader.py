@@ -25,7 +25,9 @@ import pyarrow as pa
 from . import files
 from .base import StateStoreError
 from .encoding import decode_key, decode_value
-from .schema import arrow_type, read_state_schema
+from increments.types import duckdb_to_arrow
+
+from .schema import read_state_schema
 
 
 def _partitions(op_loc, operator: str) -> list[int]:
@@ -106,7 +108,8 @@ def _to_table(schema: dict | None, rows: list[tuple[bytes, bytes]], pcol: list[i
     for fields, tuples in ((schema["key"], keys), (schema["value"], values)):
         for i, (name, typ) in enumerate(fields):
             data = [t[i] if i < len(t) else None for t in tuples]
-            cols.append(pa.array(data, arrow_type(typ)) if arrow_type(typ) else pa.array(data))
+            arrow = duckdb_to_arrow(typ)
+            cols.append(pa.array(data, arrow) if arrow is not None else pa.array(data))
             names.append(name)
     return pa.Table.from_arrays(cols + [part], names=names + ["_partition"])
 

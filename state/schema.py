@@ -2,7 +2,8 @@
 
 Format: ``{"key": [[name, type], ...], "value": [[name, type], ...]}`` with DuckDB type
 names (TIMESTAMPTZ, VARCHAR, BIGINT, DOUBLE, ...).  Operators write it when they first run;
-the state reader uses it to turn encoded keys/values into typed Arrow columns.
+the state reader uses it to turn encoded keys/values into typed Arrow columns (the names map
+to Arrow types in increments.types, the project's one type module).
 
 Written create-only: every attempt of a query writes the same schema, so one finding it present
 with the same content leaves it alone (a zombie never rewrites what the winner wrote). Only a
@@ -11,8 +12,6 @@ changed query (other types) replaces it, which no concurrent attempt of the same
 from __future__ import annotations
 
 import json
-
-import pyarrow as pa
 
 SCHEMA_FILE = "_schema.json"
 
@@ -49,20 +48,3 @@ def read_state_schema(checkpoint, operator: str, storage_options: dict | None = 
         return json.loads(_operator_loc(checkpoint, operator, storage_options).read_bytes(SCHEMA_FILE))
     except FileNotFoundError:
         return None
-
-
-_ARROW = {
-    "BOOLEAN": pa.bool_(), "BOOL": pa.bool_(),
-    "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(), "INT": pa.int32(),
-    "BIGINT": pa.int64(), "UBIGINT": pa.uint64(), "UINTEGER": pa.uint32(),
-    "FLOAT": pa.float32(), "REAL": pa.float32(), "DOUBLE": pa.float64(),
-    "VARCHAR": pa.string(), "TEXT": pa.string(), "BLOB": pa.binary(),
-    "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("us"),
-    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
-    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
-}
-
-
-def arrow_type(duckdb_type: str) -> pa.DataType | None:
-    """Arrow type for a DuckDB type name; None (= infer from the values) when unknown."""
-    return _ARROW.get(duckdb_type.strip().upper())

@@ -134,7 +134,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
     provider, partitions = conf["state_store"], conf["state_partitions"]
     changelog = _bool(opts.get("changelog_checkpointing", provider == "rocksdb"))
     name = settings.query_name or opts.get("query_name")
-    key_columns = next((list(op.key_columns) for op in plan.root.walk() if getattr(op, "key_columns", None)), [])
+    key_columns = next((list(op.key_columns) for op in plan.root.walk() if op.key_columns), [])
 
     def locate(batch_id: int, needles: list[bytes]) -> str | None:
         """Where in batch N's input files a value is (for sink errors; file sources only)."""
@@ -202,7 +202,7 @@ def plan_fingerprint(plan: CompiledPlan, sink: Sink) -> dict[str, Any]:
         return "MemoryStream" if type(src).__name__ == "MemorySource" else src.description
 
     def op(o: Any) -> str:
-        keys = getattr(o, "key_columns", None)
+        keys = o.key_columns
         return f"{o.operator_id}:{o.operator_name}" + (f" keys={list(keys)}" if keys else "")
     kind = type(sink).__name__
     return {"sources": [source(s) for s in plan.sources],

@@ -4,12 +4,16 @@ declared watermark here (SEMANTICS.md: stateless queries track and report it onl
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pajson
 
 from ..errors import MalformedInputError
+from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
 from ..sql import duckdb_connection, quote_ident, run_sql
 from ..types import Schema
 from .base import BatchContext, EventTimeStats, PhysicalOp
@@ -167,7 +171,6 @@ def _one_object_per_value(texts) -> bool:
     '}' that ends a value followed by the '{' that starts the next value is valid only at the top
     level. So every value yields at least one parsed row, and n rows for n values means exactly one
     each, in order. (Without it, a blank value beside a value holding two objects adds up too.)"""
-    import numpy as np
     n = len(texts)
     large = pa.types.is_large_string(texts.type)
     if not (large or pa.types.is_string(texts.type)) or n == 0 or texts.null_count or texts.buffers()[2] is None:
@@ -203,7 +206,6 @@ class ParseJsonOp(PhysicalOp):
         return cols | ({"timestamp"} if self.dead_letter is not None else set())
 
     def execute(self, ctx: BatchContext) -> pa.Table:
-        from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
         table = self.children[0].execute(ctx)
         pre = self._kafka.take_parsed(table, self._arrow_json) if self._kafka is not None else None
         if pre is not None:
@@ -262,7 +264,6 @@ class ParseJsonOp(PhysicalOp):
         and the row count); anything unusual (a null or blank value, a value spanning lines, a
         wrong type, invalid JSON) returns None and the DuckDB path, which can name the bad row,
         decides."""
-        import pyarrow.json as pajson
         n = len(texts)
         if not _one_object_per_value(texts):
             return None
@@ -305,13 +306,12 @@ class ParseJsonOp(PhysicalOp):
     def _type_errors(self, con, texts, parsed: pa.Table) -> bool:
         """Did any field come out NULL where the JSON holds a non-null value (a wrongly typed field)?
         Only fields with NULLs are checked, and only on those rows."""
-        import json as _json
         for f in self.json_schema.fields:
             col = parsed.column(f.name)
             if col.null_count == 0:
                 continue
             rows = texts.filter(pc.is_null(col).combine_chunks() if isinstance(col, pa.ChunkedArray) else pc.is_null(col))
-            path = "$." + f.name if f.name.isidentifier() else "$." + _json.dumps(f.name)
+            path = "$." + f.name if f.name.isidentifier() else "$." + json.dumps(f.name)
             sql = ("SELECT count(*) FROM __te WHERE v IS NOT NULL AND trim(v) <> '' "
                    f"AND coalesce(json_type(v, '{path.replace(chr(39), chr(39) * 2)}'), 'NULL') <> 'NULL'")
             if run_sql(sql, {"__te": pa.table({"v": rows})}, con).column(0)[0].as_py():
@@ -327,9 +327,6 @@ class ParseJsonOp(PhysicalOp):
 
     def _route_dead_letters(self, ctx: BatchContext, con, table: pa.Table, texts) -> pa.Table:
         """Split off every bad row, hand them to the dead-letter target, return the good ones."""
-        import numpy as np
-
-        from ..sources.file_formats import first_bad_json_row
         reasons = []
         # one diagnosis query per bad row (bad rows are rare); each pass removes the row it found
         ok = np.ones(table.num_rows, dtype=bool)
