@@ -156,20 +156,3 @@ class StateStoreProvider(ABC):
 
     def __exit__(self, *exc):
         self.close()
-
-
-PROVIDERS = ("rocksdb", "memory")
-
-
-def make_provider(name: str, checkpoint, *, local_dir: str | None = None, **conf) -> StateStoreProvider:
-    """``name`` is "rocksdb" or "memory"; ``checkpoint`` a Location or a path/URL string
-    (``storage.location`` turns it into one; ``storage_options=`` in conf go with it);
-    ``local_dir`` is the root of the local caches (RocksDB working copies, see storage.private_dir);
-    the rest of conf goes to the provider's constructor."""
-    if name == "memory":
-        from .memory import MemoryStateStoreProvider
-        return MemoryStateStoreProvider(checkpoint, **conf)
-    if name == "rocksdb":
-        from .rocksdb_provider import RocksDBStateStoreProvider
-        return RocksDBStateStoreProvider(checkpoint, local_dir=local_dir, **conf)
-    raise ValueError(f"unknown state_store {name!r}: expected one of {', '.join(PROVIDERS)}")

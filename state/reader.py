@@ -57,7 +57,7 @@ def _newest_with_files(listing: files.Listing, version: int) -> int:
 
 def _read_partition(checkpoint, operator: str, partition: int, version: int, token: str | None,
                     kind: str, tmp: str) -> list[tuple[bytes, bytes]]:
-    from .base import make_provider
+    from .providers import make_provider  # here, not at the top: `import state` stays without rocksdict
     with make_provider(kind, checkpoint, local_dir=tmp) as provider:
         store = provider.open(operator, partition, version, token)
         try:
