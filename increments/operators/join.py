@@ -14,8 +14,8 @@ batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
         a one-sided conjunct is the pre-join filter: failing rows get their NULL row at once
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
     key text + partition (md5_number(key text) % partitions) of every new row, in DuckDB
-    load the stored rows of both sides whose key occurs among the new rows (one is_in on the key
-        text over the stored chunks, which the operator keeps decoded in memory from the batch
+    load the stored rows of each side whose key occurs among the OTHER side's new rows (the only
+        stored rows that can pair: one is_in on the key text over the stored chunks, which the operator keeps decoded in memory from the batch
         before when the store was loaded at exactly the state it committed: _take_mirrors)
     pairs = (stored + new) x (stored + new) matching the condition (keys compared null-safely,
         as Spark's state does), minus stored x stored                                   (DuckDB)
@@ -36,7 +36,7 @@ deterministic function of version N-1 and the batch, so a redo of N rewrites exa
 Per batch the side's chunks of every partition form one Arrow table (read from the store only
 after a restart, a redo or a batch another runner committed; otherwise the chunks this operator
 wrote, kept between batches), the candidates
-(stored rows whose key occurs among the new rows) selected with one is_in, and all state updates
+(stored rows whose key occurs among the other side's new rows) selected with one is_in, and all state updates
 (store, mark matched, semi deletions, eviction) are masks over Arrow/numpy arrays: no per-row Python.
 """
 from __future__ import annotations
@@ -211,7 +211,10 @@ class StreamStreamJoinOp(PhysicalOp):
             ctx.warnings.append(self.unbounded_reason)
         stores = ctx.stores(self)
         keys = {side: self._keys(new[side], side, len(stores)) for side in new}
-        want = pa.concat_arrays([keys["left"][0], keys["right"][0]]).unique()
+        # a stored row can only pair with a new row of the other side (stored x stored and a side with
+        # itself never pair): its candidates are the stored rows whose key occurs among the OTHER side's
+        # new rows -- about half the rows a union of both sides' keys selects
+        want = {"left": keys["right"][0].unique(), "right": keys["left"][0].unique()}
         sw_us = {side: self._state_watermark_us(side, ctx) for side in new}
         mirrors = self._take_mirrors(stores)
         full, cand, chunk_keys, where = {}, {}, {}, {}
@@ -226,8 +229,9 @@ class StreamStreamJoinOp(PhysicalOp):
                 row0 += t.num_rows
                 parts_.append(t.append_column("__p", pa.array(np.full(t.num_rows, p, np.int32))))
             full[side] = pa.concat_tables(parts_)
-            cand[side] = np.flatnonzero(pc.is_in(full[side].column("__k"), value_set=want)
-                                        .to_numpy(zero_copy_only=False))
+            cand[side] = (np.flatnonzero(pc.is_in(full[side].column("__k"), value_set=want[side])
+                                         .to_numpy(zero_copy_only=False))
+                          if len(want[side]) and full[side].num_rows else np.empty(0, dtype=np.int64))
         keep = {side: ~_behind_mask(keys[side][2], sw_us[side]) for side in new}
         tables = {side: self._all_rows(side, full[side], cand[side], new[side], keep[side]) for side in new}
         pairs = run_sql(self.pairs_sql, {"__al": tables["left"], "__ar": tables["right"]})
@@ -313,7 +317,8 @@ class StreamStreamJoinOp(PhysicalOp):
 
     def _all_rows(self, side: str, full: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
-        old = _take_sorted(full, cand)
+        # only the columns the join reads: the key texts (__k) and the rest are not gathered
+        old = _take_sorted(full.select(schema.names + ["__m"]), cand)
         return _annotate(pa.concat_tables([old.select(schema.names).cast(schema), new]), len(cand),
                          old.column("__m").to_numpy(zero_copy_only=False), new.num_rows, keep)
 
