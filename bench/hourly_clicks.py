@@ -16,7 +16,10 @@ query, maxFilesPerTrigger=1, availableNow), run only when --spark-python points 
 pyspark 4 and Java 17 is present (skipped with a message otherwise): its windows and counts are
 compared with the engine's, one by one; (3) the no-protocol loop (run_floor): the same files read by
 the engine's readers (two decoded ahead) and aggregated by Arrow, merged in a dict, nothing durable
--- what the libraries alone do here, so that engine minus loop is the protocol's and state's share.
+-- what the libraries alone do here, so that engine minus loop is the protocol's and state's share;
+(4) Parquet only: the durable floor (run_durable_floor), the run's fsynced writes alone on this
+disk (per batch the offsets and commits rows in an SQLite WAL file with synchronous=FULL, one
+changelog per state partition written create-only, in parallel).
 Also: peak memory (ru_maxrss), state rows at the end with the watermark vs the same query without
 a watermark (update mode), and the per-batch overhead of an empty batch.
 """
@@ -29,6 +32,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +139,43 @@ def run_floor(path: str, fmt: str) -> tuple[float, int]:
             late_wm, wm = wm, max(wm, mx - delay)
     emitted += evict()                      # the trailing no-data batch
     return time.perf_counter() - t0, emitted
+
+
+def run_durable_floor(batches: int, partitions: int = STATE_PARTITIONS, rounds: int = 5) -> float:
+    """The writes the protocol must make durable in this run, done alone on the same disk, median of
+    `rounds` (seconds): per batch the offsets row committed in an SQLite WAL file with synchronous=FULL
+    (as the engine's SQLite log), one ~3 kB changelog per state partition written create-only through
+    the engine's storage layer (file + directory fsync) on as many threads, then the commits row. No
+    Python of the engine, no data: the disk's share of the per-batch floor (issue 19)."""
+    import sqlite3
+    from concurrent.futures import ThreadPoolExecutor
+    from increments.storage import location
+    data = os.urandom(3000)
+
+    def once(pool) -> float:
+        d = tempfile.mkdtemp(prefix="bench-floor-")
+        loc = location(d)
+        c = sqlite3.connect(os.path.join(d, "log.db"), isolation_level=None)
+        c.execute("pragma journal_mode=wal")
+        c.execute("pragma synchronous=FULL")
+        c.execute("create table o (b integer primary key, t text)")
+        c.execute("create table m (b integer primary key, t text)")
+        t0 = time.perf_counter()
+        for b in range(batches):
+            c.execute("insert into o values (?, ?)", (b, "x" * 300))
+            futs = [pool.submit(loc.write_bytes, f"state/0/{p}/{b}.t.changelog", data, create_only=True)
+                    for p in range(1, partitions)]
+            loc.write_bytes(f"state/0/0/{b}.t.changelog", data, create_only=True)
+            for f in futs:
+                f.result()
+            c.execute("insert into m values (?, ?)", (b, "x" * 300))
+        el = time.perf_counter() - t0
+        c.close()
+        shutil.rmtree(d, ignore_errors=True)
+        return el
+    with ThreadPoolExecutor(max(1, partitions - 1)) as pool:
+        once(pool)
+        return statistics.median(once(pool) for _ in range(rounds))
 
 
 def run_engine_kafka(bootstrap: str, topic: str, per_batch: int) -> tuple[float, int]:
@@ -297,6 +338,10 @@ def main() -> None:
         print(f"  ratio increments/duckdb rows/s ({fmt}): {ddb / secs:.2f}x   (target >= {targets[fmt]}x)")
         print(f"  ratio no-protocol loop/duckdb ({fmt}): {ddb / floor:.2f}x;  protocol and state per batch: "
               f"{(secs - floor) / a.files * 1000:.1f} ms")
+        if fmt == "parquet":
+            dur = run_durable_floor(a.files + 1)
+            print(f"  durable floor (the protocol's fsynced writes alone, {a.files + 1} batches): {dur * 1000:.1f} ms "
+                  f"per run, {dur / (a.files + 1) * 1000:.2f} ms per batch")
         spark = run_spark(a.spark_python, path, fmt)
         if spark is None:
             print(f"  spark reference ({fmt}): skipped (pip install -e '.[spark]' or pass --spark-python; needs Java 17)")
