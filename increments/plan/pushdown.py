@@ -26,6 +26,8 @@ import json
 import re
 from typing import Any
 
+import duckdb
+
 from ..sql import duckdb_connection
 from . import nodes as n
 
@@ -83,7 +85,8 @@ def pushable_conjuncts(condition: str) -> list[str]:
         if tree.get("error"):
             return []
         where = tree["statements"][0]["node"]["where_clause"]
-    except Exception:  # noqa: BLE001 - an unparsable condition is simply not pushed
+    except (duckdb.Error, KeyError, IndexError, TypeError, ValueError):
+        # DuckDB cannot parse/serialize it, or the tree is not a SELECT ... WHERE: not pushed
         return []
     out = []
     for conj in _conjuncts(where):
