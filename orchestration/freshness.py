@@ -11,8 +11,10 @@ idle stream (no new data) is fresh. The rule per trigger (grace: option `freshne
                         and the first tick that saw it pending (the sensor keeps that in its
                         cursor; the on-demand check only has the last commit)
     available_now,      T = the latest tick of the drain schedule's cron at or before now
-    cron C              stale iff work is pending and either no drain started since T - grace
-                        while now > T + grace (the schedule or its sensor did not run), or the
+    cron C              stale iff work is pending and either no drain started at or after T
+                        (less a clock-skew allowance of 60 s: a drain started earlier, e.g. by
+                        hand just before the tick, is not that tick's drain) while now > T +
+                        grace (the schedule or its sensor did not run), or the
                         active drain has committed nothing (nor started) for longer than grace
                         plus one batch's budget (3 x the sensor interval)
     once                no rule: the check passes, saying so
@@ -35,6 +37,7 @@ CHECK = "freshness"
 DEFAULT_GRACE = "5 minutes"
 SENSOR_INTERVAL_S = 60
 REPORT_EVERY_MS = 10 * 60 * 1000
+CLOCK_SKEW_MS = 60 * 1000      # a drain's created_at (the run's clock) may run this far behind the sensor's
 
 
 def _now_ms() -> int:
@@ -101,7 +104,7 @@ def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = No
     drain = recent[0] if recent else None
     meta.update(last_tick=dg.MetadataValue.timestamp(tick / 1000),
                 drain_state=drain.state if drain else None)
-    if now_ms > tick + rule.grace_ms and (drain is None or drain.created_at < tick - rule.grace_ms):
+    if now_ms > tick + rule.grace_ms and (drain is None or drain.created_at < tick - CLOCK_SKEW_MS):
         return False, (f"stale: no AvailableNow drain started for the tick at {time.strftime('%Y-%m-%d %H:%M', time.gmtime(tick / 1000))} "
                        f"UTC of {rule.cron!r} (is the schedule running?) and work is pending"), meta
     if drain is not None and drain.active:

@@ -108,6 +108,16 @@ def _drain(defs, name: str, inst) -> None:
     raise AssertionError("the drain did not finish")
 
 
+def _latest_drain_ms(name: str) -> int:
+    from increments.checkpoint.drains import DrainLog
+    from orchestration import runner
+    rt = runner.build_runtime(defs_factory[name], defs_factory[name + ":path"], staging="memory")
+    try:
+        return DrainLog.for_runtime(rt).recent(1)[0].created_at
+    finally:
+        runner.close_quietly(rt)
+
+
 defs_factory: dict = {}
 
 
@@ -127,8 +137,8 @@ def test_available_now_query_is_stale_when_a_tick_has_no_drain(tmp_path, monkeyp
         write_files(root, name, 1, start=2)                 # waits for the next tick's drain
         ev, cur = _tick(defs, name, inst, cur)
         assert ev is None                                   # the drain of this hour already ran: fresh
-        next_tick = (clock.ms // HOUR_MS + 1) * HOUR_MS
-        clock.ms = next_tick + 5 * 60_000 + 1000            # past the next tick + grace, no drain started
+        drain_ms = _latest_drain_ms(name)                   # the drain's own (real) clock, not the test's
+        clock.ms = (drain_ms // HOUR_MS + 2) * HOUR_MS + 5 * 60_000 + 1000   # a later tick + grace, no drain
         ev, cur = _tick(defs, name, inst, cur)
         assert not ev.passed and "no AvailableNow drain started" in ev.description
         _drain(defs, name, inst)                            # the drain runs (late): caught up again
