@@ -96,6 +96,24 @@ class Working:
         self.version, self.token, self.rows, self.lineage = version, token, rows, lineage
         self._keyed = True
 
+    def items(self, max_rows: int, max_bytes: int) -> tuple[list[bytes], list[bytes]] | None:
+        """Every (key, value) of the data (not the meta column family), in key order; None as soon
+        as there are more than ``max_rows`` rows or ``max_bytes`` of keys and values."""
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        size = 0
+        it = self.db.iter()
+        it.seek_to_first()
+        while it.valid():
+            k, v = it.key(), it.value()
+            size += len(k) + len(v)
+            if len(keys) >= max_rows or size > max_bytes:
+                return None
+            keys.append(k)
+            values.append(v)
+            it.next()
+        return keys, values
+
     def is_empty(self) -> bool:
         return next(iter(self.db.keys()), None) is None
 

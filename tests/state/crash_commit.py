@@ -1,7 +1,7 @@
 """Test-only helper: commit one batch in a subprocess and SIGKILL it at a chosen step.
 
-usage: python crash_commit.py PROVIDER CHANGELOG(0|1) CHECKPOINT LOCAL_DIR VERSION SNAP_INTERVAL PARENT_TOKEN
-(PARENT_TOKEN "-": the only candidate of VERSION-1). Prints the new token on success.
+usage: python crash_commit.py PROVIDER CHANGELOG(0|1) CHECKPOINT LOCAL_DIR VERSION SNAP_INTERVAL PARENT_TOKEN [ROWS_SNAPSHOT_MAX]
+(PARENT_TOKEN "-": the only candidate of VERSION-1; ROWS_SNAPSHOT_MAX: rocksdb only). Prints the new token on success.
 env CRASH_AT="<target>:<before|after>:<nth call>" where target is a provider method
 (_write_snapshot, _apply_local, _upload_snapshot, _cleanup) or "put" (the create-only write
 of state.files). The hook is installed here by monkeypatching; the product code has no crash
@@ -62,6 +62,8 @@ def main() -> None:
     name, changelog, ckpt, local, version, interval, parent = sys.argv[1:8]
     version = int(version)
     conf = {"changelog_checkpointing": changelog == "1", "snapshot_interval": int(interval)}
+    if len(sys.argv) > 8:
+        conf["rows_snapshot_max"] = int(sys.argv[8])
     provider = make_provider(name, ckpt, local_dir=local, **conf)
     if os.environ.get("CRASH_AT"):
         _install(type(provider), os.environ["CRASH_AT"])

@@ -282,23 +282,29 @@ def test_unknown_provider():
 
 # --- crashes: a subprocess SIGKILLs itself between two commit steps --------------------
 
-# RocksDB snapshots on the local disk hard-link the checkpoint's files and write only _meta.json
-# with put (rocksdb_provider._upload_snapshot): there "put:before:2" (changelog on) and
+# RocksDB checkpoint snapshots on the local disk hard-link the checkpoint's files and write only
+# _meta.json with put (rocksdb_provider._upload_snapshot): there "put:before:2" (changelog on) and
 # "put:before:1" (off) stop a snapshot with every file linked but no _meta.json; on S3 each file
-# is a put, so the points stop it before its first object and, "put:before:3", part-way.
+# is a put, so the points stop it before its first object and, "put:before:3", part-way. A rows
+# snapshot (a small version: the default) is two puts everywhere, rows.arrow then _meta.json.
+# Keys: (provider, changelog checkpointing, rows_snapshot_max); 0 = always a RocksDB checkpoint.
 CRASH_POINTS = {
-    ("memory", True): ["put:before:1", "put:after:1", "_write_snapshot:before:1", "put:before:2", "put:after:2",
-                       "_cleanup:before:1"],
-    ("rocksdb", True): ["put:before:1", "put:after:1", "_apply_local:before:1", "_apply_local:after:1",
-                        "_upload_snapshot:before:1", "put:before:2", "put:before:3", "_cleanup:before:1"],
-    ("rocksdb", False): ["_apply_local:after:1", "put:before:1", "put:after:1", "put:before:3",
-                         "_cleanup:before:1"],
+    ("memory", True, None): ["put:before:1", "put:after:1", "_write_snapshot:before:1", "put:before:2",
+                             "put:after:2", "_cleanup:before:1"],
+    ("rocksdb", True, 0): ["put:before:1", "put:after:1", "_apply_local:before:1", "_apply_local:after:1",
+                           "_upload_snapshot:before:1", "put:before:2", "put:before:3", "_cleanup:before:1"],
+    ("rocksdb", False, 0): ["_apply_local:after:1", "put:before:1", "put:after:1", "put:before:3",
+                            "_cleanup:before:1"],
+    ("rocksdb", True, 4096): ["put:before:1", "put:after:1", "_apply_local:after:1", "_upload_snapshot:before:1",
+                              "put:before:2", "put:after:2", "put:before:3", "_cleanup:before:1"],
+    ("rocksdb", False, 4096): ["_apply_local:after:1", "put:before:1", "put:after:1", "put:before:2",
+                               "_cleanup:before:1"],
 }
-LOCAL_PUTS = {("rocksdb", True): 2, ("rocksdb", False): 1}   # puts of a local snapshot commit
-CRASH_CASES = [(n, c, pt) for (n, c), pts in CRASH_POINTS.items() for pt in pts]
+LOCAL_PUTS = {("rocksdb", True, 0): 2, ("rocksdb", False, 0): 1}   # puts of a local checkpoint snapshot commit
+CRASH_CASES = [(n, c, r, pt) for (n, c, r), pts in CRASH_POINTS.items() for pt in pts]
 
 
-def run_commit(name, changelog, ckpt, local, version, crash=None, parent=None):
+def run_commit(name, changelog, ckpt, local, version, crash=None, parent=None, rows_max=None):
     """(exit code, new token) of one commit in a subprocess."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("CRASH_AT", None)
@@ -306,26 +312,29 @@ def run_commit(name, changelog, ckpt, local, version, crash=None, parent=None):
         env["CRASH_AT"] = crash
     script = os.path.join(os.path.dirname(__file__), "crash_commit.py")
     r = subprocess.run([sys.executable, script, name, "1" if changelog else "0", ckpt, local,
-                        str(version), "3", parent or "-"], env=env, capture_output=True, text=True)
+                        str(version), "3", parent or "-"] + ([] if rows_max is None else [str(rows_max)]),
+                       env=env, capture_output=True, text=True)
     assert r.returncode in (0, -signal.SIGKILL), r.stderr
     return r.returncode, r.stdout.strip()
 
 
 @pytest.mark.faults
 @pytest.mark.parametrize("storage", STORAGES)
-@pytest.mark.parametrize("name,changelog,crash", CRASH_CASES)
-def test_crash_between_commit_steps(request, tmp_path, storage, name, changelog, crash):
+@pytest.mark.parametrize("name,changelog,rows_max,crash", CRASH_CASES)
+def test_crash_between_commit_steps(request, tmp_path, storage, name, changelog, rows_max, crash):
     target, _, nth = crash.split(":")
-    if storage == "local" and target == "put" and int(nth) > LOCAL_PUTS.get((name, changelog), 99):
-        pytest.skip("a local RocksDB snapshot makes fewer puts (its files are hard-linked)")
+    if storage == "local" and target == "put" and int(nth) > LOCAL_PUTS.get((name, changelog, rows_max), 99):
+        pytest.skip("a local RocksDB checkpoint snapshot makes fewer puts (its files are hard-linked)")
     ckpt, local = checkpoint_url(request, tmp_path, storage), str(tmp_path / "local")
     conf = {"changelog_checkpointing": changelog, "snapshot_interval": 3, "local_dir": local}
+    if rows_max is not None:
+        conf["rows_snapshot_max"] = rows_max
     with make_provider(name, ckpt, **conf) as p:
         models = build(p, 2)                     # versions 0..2; version 3 is a snapshot version
         parent = p.open("op", 0, 2).token
     model3 = dict(models[2]); model_batch(model3, 3)
 
-    assert run_commit(name, changelog, ckpt, local, 3, crash, parent)[0] == -signal.SIGKILL, crash
+    assert run_commit(name, changelog, ckpt, local, 3, crash, parent, rows_max)[0] == -signal.SIGKILL, crash
     with make_provider(name, ckpt, **conf) as p:   # same working copy as the killed process
         latest = p.latest_version("op", 0)
         assert latest in (2, 3)
@@ -392,6 +401,39 @@ def test_background_snapshot_lands_and_a_failed_one_leaves_versions_loadable(tmp
     fresh = dict(conf, local_dir=str(tmp_path / "fresh"))   # rebuilt from 2.snapshot + changelogs 3, 4
     with make_provider("rocksdb", ckpt, **fresh) as p:
         assert content(p.open("op", 0, 4, token)) == model
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("changelog", [True, False])
+def test_small_versions_snapshot_as_rows_larger_ones_as_rocksdb_checkpoints(request, tmp_path, storage, changelog):
+    """A snapshot version with at most rows_snapshot_max rows is one rows.arrow file (no RocksDB
+    checkpoint: rocksdict holds the GIL through one), a larger one a RocksDB checkpoint; a fresh
+    working copy rebuilt from either, plus the changelogs after it, holds exactly the model."""
+    import json
+    from increments import storage as st
+    ckpt = checkpoint_url(request, tmp_path, storage)
+    conf = {"changelog_checkpointing": changelog, "snapshot_interval": 2, "retention_versions": 100,
+            "rows_snapshot_max": 16}
+    with make_provider("rocksdb", ckpt, local_dir=str(tmp_path / "w"), **conf) as p:
+        models = build(p, 7)                         # rows per version: 5, 10, 14, 18, 22, ...
+        tokens = [p.resolve("op", 0, v, None) for v in range(8)]
+    loc = st.location(ckpt).child("state", "op", "0")
+    names = store_names(ckpt)
+    formats = {}
+    for n in names:
+        if n.endswith(".snapshot/_meta.json"):
+            meta = json.loads(loc.read_bytes(n))
+            formats[meta["version"]] = (meta.get("format", "rocksdb"), meta["rows"])
+            rows_files = [m for m in names if m.startswith(n.split("/")[0] + "/") and m.endswith("/rows.arrow")]
+            assert bool(rows_files) == (meta.get("format") == "rows")
+    assert formats, names
+    for v, (fmt, rows) in formats.items():
+        assert rows == len(models[v])
+        assert fmt == ("rows" if rows <= 16 else "rocksdb"), (v, fmt, rows)
+    assert {f for f, _ in formats.values()} == {"rows", "rocksdb"}
+    for v in range(8):                               # each version rebuilt in a fresh working copy
+        with make_provider("rocksdb", ckpt, local_dir=str(tmp_path / f"fresh{v}"), **conf) as p:
+            assert content(p.open("op", 0, v, tokens[v])) == models[v]
 
 
 @pytest.mark.parametrize("name,kind", [("memory", "delta"), ("rocksdb", "changelog")])
