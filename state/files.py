@@ -9,8 +9,9 @@ Per store: ``checkpoint.child("state", <operator>, <partition>)`` holds
   built on ("" for v = 0), ``rows`` the exact row count after v.
 * ``<v>.<token>.snapshot``: a full copy of version v of attempt ``token`` (memory: one Arrow IPC
   object with the same metadata; rocksdb: a prefix ``<v>.<token>.snapshot/`` holding the files of a
-  RocksDB checkpoint, then ``_meta.json`` with the same fields, written last: a prefix without it is
-  incomplete and ignored).
+  RocksDB checkpoint, or for a small version one ``rows.arrow`` in the changelog's encoding, then
+  ``_meta.json`` with the same fields (plus ``"format": "rows"`` for the latter), written last: a
+  prefix without it is incomplete and ignored).
 
 Every object is written once, create-only (``put``), under a name no other attempt uses (the token
 is a fresh uuid per commit attempt, then ``-<rows>``: see new_token), so two attempts of one batch (a redo, or a zombie that lost the fence)
