@@ -30,7 +30,7 @@ by the winner's commit, and must reach the fenced commit insert to be refused as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from ..operators.base import BatchContext, EventTimeStats
 
@@ -38,6 +38,17 @@ from ..operators.base import BatchContext, EventTimeStats
 class Staging(Protocol):
     def put_json(self, batch_id: int, name: str, body: Any) -> None: ...
     def get_json(self, batch_id: int, name: str, default: Any = None) -> Any: ...
+
+
+class _Staged:
+    """`load` of a result staged whole under its class's NAME."""
+    __slots__ = ()
+    NAME: str
+
+    @classmethod
+    def load(cls, staging: Staging, batch_id: int) -> Self | None:
+        d = staging.get_json(batch_id, cls.NAME)
+        return None if d is None else cls.from_json(d)
 
 
 # -- read -------------------------------------------------------------------------------------------
@@ -57,7 +68,7 @@ class SourceRead:
 
 
 @dataclass(slots=True)
-class ReadResult:
+class ReadResult(_Staged):
     sources: list[SourceRead] = field(default_factory=list)    # in source index order
     get_batch_ms: int = 0
 
@@ -74,15 +85,10 @@ class ReadResult:
     def from_json(cls, d: dict[str, Any]) -> ReadResult:
         return cls([SourceRead.from_json(s) for s in d.get("sources", ())], d.get("get_batch_ms", 0))
 
-    @classmethod
-    def load(cls, staging: Staging, batch_id: int) -> ReadResult | None:
-        d = staging.get_json(batch_id, cls.NAME)
-        return None if d is None else cls.from_json(d)
-
 
 # -- process ----------------------------------------------------------------------------------------
 @dataclass(slots=True)
-class ProcessResult:
+class ProcessResult(_Staged):
     """The process step (or the join of its partitions): what commits[N] records of the operators."""
     event_time: dict[str, dict[str, Any]] = field(default_factory=dict)   # {watermark id: EventTimeStats fields}
     state_versions: dict[str, int] = field(default_factory=dict)          # {operator id: N}
@@ -116,18 +122,13 @@ class ProcessResult:
                    d.get("dead_letters", {}), d.get("static_versions", {}), d.get("process_ms", 0),
                    d.get("partitions"))
 
-    @classmethod
-    def load(cls, staging: Staging, batch_id: int) -> ProcessResult | None:
-        d = staging.get_json(batch_id, cls.NAME)
-        return None if d is None else cls.from_json(d)
-
 
 # -- write ------------------------------------------------------------------------------------------
 _WRITE_KEYS = ("num_output_rows", "sink_version", "skipped_replay", "add_batch_ms")
 
 
 @dataclass(slots=True)
-class WriteResult:
+class WriteResult(_Staged):
     num_output_rows: int = 0
     sink_version: Any = None            # the sink's version after the batch (a Delta version, ...); None: none
     skipped_replay: bool = False        # the sink already held batch N (a redo): nothing written
@@ -145,11 +146,6 @@ class WriteResult:
         extra = {k: v for k, v in d.items() if k not in _WRITE_KEYS} if len(d) > len(_WRITE_KEYS) else {}
         return cls(d.get("num_output_rows", 0), d.get("sink_version"), d.get("skipped_replay", False),
                    d.get("add_batch_ms", 0), extra)
-
-    @classmethod
-    def load(cls, staging: Staging, batch_id: int) -> WriteResult | None:
-        d = staging.get_json(batch_id, cls.NAME)
-        return None if d is None else cls.from_json(d)
 
 
 # -- the fanned-out process step (execution/partitioned.py) ------------------------------------------
@@ -199,7 +195,7 @@ class BatchMetrics:
 
 
 @dataclass(slots=True)
-class SplitResult:
+class SplitResult(_Staged):
     """The split after read: rows per state partition (a stateless plan: per row-range slice)."""
     partitions: int
     rows: list[int]
@@ -220,11 +216,6 @@ class SplitResult:
         stateless = bool(d.get("stateless", False))
         return cls(int(d["partitions"]), list(d["rows"]), int(d.get("split_ms", 0)), stateless,
                    None if stateless else BatchMetrics.from_json(d))
-
-    @classmethod
-    def load(cls, staging: Staging, batch_id: int) -> SplitResult | None:
-        d = staging.get_json(batch_id, cls.NAME)
-        return None if d is None else cls.from_json(d)
 
 
 @dataclass(slots=True)
