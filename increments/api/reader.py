@@ -66,11 +66,23 @@ class DataStreamReader:
         return StreamFrame(n.SourceNode(_auto(src, "offsets", "max_offsets_per_trigger") if auto else src))
 
     def delta(self, path: str, max_files_per_trigger: int | None = None,
-              storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
-        from ..sources.delta import DeltaSource
+              storage_options: dict[str, Any] | None = None, read_change_feed: bool = False,
+              starting_version: int | str | None = None, **options: Any) -> StreamFrame:
+        """The rows appended to a Delta table; with read_change_feed=True its change data feed
+        (sources/delta_changes.py: _change_type, _commit_version, _commit_timestamp; options
+        starting_version, max_bytes_per_trigger, fail_on_data_loss)."""
         auto = _is_auto(max_files_per_trigger)
-        src = DeltaSource(path, max_files_per_trigger=None if auto else max_files_per_trigger,
-                          storage_options=storage_options, **options)
+        if read_change_feed:
+            from ..sources.delta_changes import DeltaChangeFeedSource
+            src = DeltaChangeFeedSource(path, starting_version, None if auto else max_files_per_trigger,
+                                        storage_options=storage_options, **options)
+        else:
+            if starting_version is not None:
+                raise ValueError("read_stream.delta: starting_version needs read_change_feed=True (the append "
+                                 "stream starts with the table's first version)")
+            from ..sources.delta import DeltaSource
+            src = DeltaSource(path, max_files_per_trigger=None if auto else max_files_per_trigger,
+                              storage_options=storage_options, **options)
         return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
 
     def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
