@@ -45,7 +45,7 @@ from ..operators.partitioning import partition_sql, split_by_partition
 from ..sql import quote_ident, run_sql
 from .state_manager import StateManager
 from .step_results import BatchMetrics, PartitionResult, ProcessResult, SplitResult
-from .steps import _base_tokens, _state_progress, check_owner
+from .steps import _base_tokens, _state_progress, check_owner, expectations_report
 
 
 def stateful_op(plan: Any) -> PhysicalOp | None:
@@ -316,7 +316,7 @@ def join_partitions(rt: Any, plan: Any) -> ProcessResult:
                                          if parts[0].state_operators else []),
         warnings=merged.warnings, dead_letters=merged.dead_letters, static_versions=merged.static_versions,
         process_ms=split.split_ms + max(p.process_ms for p in parts),
-        partitions=[p.summary() for p in parts])
+        partitions=[p.summary() for p in parts], expectations=expectations_report(rt, merged.expectations))
     rt.staging.put_json(e.batch_id, ProcessResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "process")
     return info

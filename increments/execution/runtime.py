@@ -41,6 +41,7 @@ class WriterSettings:
     foreach_batch: Callable[[pa.Table, int], Any] | None = None
     path: str | None = None
     sink: Sink | None = None
+    apply_changes: Any = None           # operators.apply_changes.ApplyChangesSpec (write_stream.apply_changes)
 
 
 @dataclass
@@ -173,7 +174,14 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     opts = settings.options
     # the sources get the query's storage_options before the plan is compiled: compiling asks a
     # Delta source (or a Parquet file source without a schema) for its schema, on the store
-    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node, storage_options))
+    node = frame.node
+    if settings.apply_changes is not None:     # AUTO CDC: the sequencing operator at the root
+        from ..plan import nodes as n
+        if settings.output_mode != "append":
+            raise AnalysisException(f"apply_changes: output_mode {settings.output_mode!r}; the changes it applies are "
+                                    "the rows the query appends (use the default, append)")
+        node = n.ApplyChanges(node, settings.apply_changes)
+    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(node, storage_options))
     provider = str(opts.get("state_store", "rocksdb")).lower()
     if provider not in ("rocksdb", "memory"):
         raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
