@@ -41,6 +41,12 @@ def _frame(input_url: str, kind: str):
     if kind == "stateless":
         return f.with_watermark("event_time", "5 minutes").filter("campaign_id <> 'c4'") \
             .select("user_id", "event_time"), "append"
+    if kind == "expect_stateless":
+        return f.expect("not_c4", "campaign_id <> 'c4'").expect_or_drop("not_u3", "user_id <> 'u3'"), "append"
+    if kind == "expect_window":
+        return (f.expect_or_drop("not_u3", "user_id <> 'u3'").with_watermark("event_time", "5 minutes")
+                .group_by(F.window("event_time", "10 minutes"), "campaign_id").count()
+                .expect("single", "count < 2")), "append"
     raise ValueError(kind)
 
 
@@ -149,3 +155,24 @@ def test_plans_that_cannot_fan_out_say_why(tmp_path):
     assert "dead-letter table once per batch" in reason(parsed)                 # stateless: once per op
     assert reason(parsed.with_watermark("event_time", "1 minute").group_by(  # below the stateful op: in split
         F.window("event_time", "10 minutes"), "k").count()) is None
+
+
+@pytest.mark.parametrize("kind", ["expect_stateless", "expect_window"])
+def test_fanned_out_expectation_counts_match_the_local_runner(tmp_path, kind):
+    """Expectations below the stateful operator run once (in split), above it once per partition:
+    commits[N] holds the counts summed over the partitions, as the local runner counts them."""
+    from increments.checkpoint.log import open_log
+    input_url = str(tmp_path / "in")
+    _put_inputs(input_url)
+    expected: dict = {}
+    ref = _writer(input_url, str(tmp_path / "ref"), kind, expected).start()
+    ref.await_termination()
+    want = [p["expectations"] for p in ref.recent_progress]
+    got: dict = {}
+    chk = str(tmp_path / "chk")
+    assert _run_fanned_out(_writer(input_url, chk, kind, got)) == len(expected)
+    assert got == expected
+    meta = json.load(open(f"{chk}/metadata.json"))
+    log = open_log(None, chk, meta["id"])
+    assert [log.get_commit(n).extra["expectations"] for n in range(len(want))] == want
+    assert any(e["failed"] for batch in want for e in batch)
