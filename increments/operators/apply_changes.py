@@ -152,10 +152,11 @@ class ApplyChangesOp(PhysicalOp):
         meta = [("__kind", "VARCHAR"), ("__hash", "VARCHAR"), ("__created_ms", "BIGINT")]
         if self.spec.stored_as_scd_type == 1:
             return [(c, state_type_name(cs.field(c).type)) for c in self.seq] + meta
-        return meta + [(c, state_type_name(cs.field(c).type)) for c in self.target]
+        return meta + [(c, state_type_name(cs.field(c).type)) for c in self.target if c not in self.keys]
 
     def state_schema(self) -> dict[str, Any]:
-        return {"key": self.key_fields(), "value": self.value_fields(), "scd_type": self.spec.stored_as_scd_type}
+        return {"key": self.key_fields(), "value": self.value_fields(), "scd_type": self.spec.stored_as_scd_type,
+                "num_keys": len(self.keys)}
 
     # -- one batch --------------------------------------------------------------------------------
     def execute(self, ctx: BatchContext) -> pa.Table:

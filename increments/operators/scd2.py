@@ -2,7 +2,7 @@
 
 State, per key, in the operator's primary stores: every applied event, keyed (key..., sequence...)
 so a prefix scan returns a key's events in sequence order; value (kind "U" | "D", content hash,
-created_ms, target column values...). A key touched by the batch:
+created_ms, the target's non-key column values...). A key touched by the batch:
 
     events = stored events, each new event added unless an event of the same sequence orders
              after it (delete over upsert, then the greater hash; identical duplicates are no-ops)
@@ -72,9 +72,20 @@ def history(events: list[Event], tracked: list[int]) -> tuple[dict[tuple, Versio
 
 
 def _stored(op: Any, kb: bytes, vb: bytes) -> Event:
-    seq = tuple(decode_key(kb)[len(op.keys):])
-    kind, h, created, *values = decode_value(vb)
-    return Event(seq, kind, h, created, None if kind == "D" else tuple(values))
+    dk = decode_key(kb)
+    kind, h, created, *rest = decode_value(vb)
+    if kind == "D":
+        return Event(tuple(dk[len(op.keys):]), kind, h, created, None)
+    given = dict(zip(op.keys, dk))
+    it = iter(rest)
+    values = tuple(given[c] if c in given else next(it) for c in op.target)
+    return Event(tuple(dk[len(op.keys):]), kind, h, created, values)
+
+
+def _encode(op: Any, e: Event) -> bytes:
+    rest = (None,) * (len(op.target) - len(op.keys)) if e.values is None else \
+        tuple(v for c, v in zip(op.target, e.values) if c not in op.keys)
+    return encode_value((e.kind, e.h, e.created) + rest)
 
 
 def apply_scd2(op: Any, ctx: BatchContext, store: Any, tombs: Any, part: pa.Table, metrics: dict) -> pa.Table:
@@ -88,7 +99,6 @@ def apply_scd2(op: Any, ctx: BatchContext, store: Any, tombs: Any, part: pa.Tabl
     by_key: dict[tuple, list[int]] = {}
     for i, k in enumerate(keys):
         by_key.setdefault(k, []).append(i)
-    blank = (None,) * len(op.target)
     rows: list[tuple[tuple, Version | None, tuple | None]] = []     # (key, version to upsert, start to delete)
     for key, idx in by_key.items():
         old = [_stored(op, kb, vb) for kb, vb in store.prefix_scan(encode_prefix(key))]
@@ -101,7 +111,7 @@ def apply_scd2(op: Any, ctx: BatchContext, store: Any, tombs: Any, part: pa.Tabl
                 metrics["num_ignored_changes"] += 1
                 continue
             events[new.seq] = new
-            store.put(encode_key(key + new.seq), encode_value((new.kind, new.h, new.created) + (new.values or blank)))
+            store.put(encode_key(key + new.seq), _encode(op, new))
             changed = True
         if not changed:
             continue

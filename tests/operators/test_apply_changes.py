@@ -210,3 +210,15 @@ def test_any_arrival_order_and_batching_gives_the_documented_table(tmp_path, scd
     t = Target("delta", tmp_path)
     run_batches(tmp_path, t, batches, scd=scd)
     assert t.rows(scd) == (model_scd1(events) if scd == 1 else model_scd2(events))
+
+
+def test_the_sequencing_state_reads_as_a_table(tmp_path):
+    """inc.read_state: type 1 keeps one row per key (its last sequence, kind, a tombstone's time);
+    type 2 every applied change of a key."""
+    for scd, want in [(1, {(123, 6, "D"), (124, 1, "U"), (125, 6, "U"), (126, 2, "U")}),
+                      (2, {(e["id"], e["seq"], "D" if e["op"] == "DELETE" else "U") for e in DOCS})]:
+        chk = str(tmp_path / f"chk{scd}")
+        run_batches(tmp_path, Target("delta", tmp_path), [DOCS], scd=scd, chk=chk)
+        rows = inc.read_state(chk, 0).to_pylist()
+        assert {(r["id"], r["seq"], r["__kind"]) for r in rows} == want
+        assert all((r["__created_ms"] is not None) == (r["__kind"] == "D" or scd == 2) for r in rows)
