@@ -14,13 +14,12 @@ identity: the keys, and `__start_at` for type 2) in ONE Delta commit per batch:
 Exactly once: the commit carries the Delta app transaction (app_id = query id, version = batch id),
 atomically with the rows. Recovery rule: a batch whose id is <= the table's transaction version
 for the query is already applied (a redo after a crash between this commit and commits[N]) and
-nothing is written. The sink keeps its own snapshot of the table between batches (one load per
-open); a commit refused because the snapshot is stale (another writer committed) reloads, checks
-the transaction again and retries once, as the Delta sink does.
+nothing is written. The sink keeps the Delta sink's own snapshot of the table between batches (one
+load per open); a commit refused because the snapshot is stale (another writer committed) reloads,
+checks the transaction again and retries once, as the Delta sink does.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pyarrow as pa
@@ -29,8 +28,8 @@ import pyarrow.compute as pc
 from .. import storage
 from ..errors import SinkSchemaError
 from ..operators.apply_changes import ACTION, START
-from .base import Sink, SinkContext, SinkResult
-from .delta import commit_properties, open_table, post_commit_hooks, schema_difference
+from .base import SinkResult
+from .delta import DeltaSink, commit_properties, post_commit_hooks, schema_difference
 
 
 def _q(name: str) -> str:
@@ -43,68 +42,30 @@ def action_counts(table: pa.Table) -> dict[str, int]:
     return {"rows_upserted": ups, "rows_deleted": table.num_rows - ups}
 
 
-class AutoCdcDeltaSink(Sink):
+class AutoCdcDeltaSink(DeltaSink):
+    """The Delta sink's table, snapshot and app transaction (sinks/delta.py), with one MERGE of the
+    actions per batch in place of its output modes."""
     supported_modes = ("append",)
 
     def __init__(self, path: str | None, options: dict[str, Any], scd_type: int, keys: list[str]):
         if not path:
             raise ValueError("apply_changes(...).format('delta') needs a table path: .start('lake/silver/customers')")
-        path = os.fspath(path)
-        self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
+        super().__init__(path, options)
         self.scd_type, self.keys = scd_type, list(keys)
-        pb = options.get("partition_by")
-        self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else None)
         self.table_properties = {str(k): str(v) for k, v in dict(options.get("table_properties") or {}).items()}
-        self.own_storage_options = dict(options.get("storage_options") or {})
-        storage.remember_secrets(self.own_storage_options)
-        self.storage_options: dict | None = self.own_storage_options or None
 
     @property
     def description(self) -> str:
         return f"AutoCdcDelta[scd{self.scd_type}, {storage.redact_url(self.path)}]"
 
-    def open(self, ctx: SinkContext) -> None:
-        storage.check_scheme(self.path, "apply_changes format('delta') path")
-        super().open(ctx)
-        self.storage_options = {**(ctx.storage_options or {}), **self.own_storage_options} or None
-        self._dt: Any = None
-        self._done: int | None = None
+    def _nothing_to_write(self, dt: Any, table: pa.Table) -> SinkResult | None:
+        """No actions: nothing to commit, once the table exists (the first batch creates it)."""
+        if table.num_rows == 0 and dt is not None:
+            return SinkResult(0, version=dt.version(), extra=action_counts(table))
+        return None
 
-    def holds_query(self, query_id: str) -> bool | None:
-        dt = open_table(self.path, self.storage_options)
-        return dt is not None and dt.transaction_version(query_id) is not None
-
-    def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
-        """One commit per batch, skipped when the table holds it (module doc)."""
-        counts = action_counts(table)
-        dt, fresh = self._snapshot()
-        while True:
-            if self._done is not None and self._done >= batch_id:
-                return SinkResult(0, version=dt.version(), skipped_replay=True)
-            if table.num_rows == 0 and dt is not None:
-                return SinkResult(0, version=dt.version(), extra=counts)
-            try:
-                self._commit(dt, batch_id, table)
-                break
-            except Exception as e:  # noqa: BLE001 - a stale snapshot: reload, check again, retry once
-                if not fresh:
-                    self._dt = None
-                    dt, fresh = self._snapshot()
-                    continue
-                self._explain(dt, batch_id, table, e)
-                raise
-        if dt is None:
-            self._dt = open_table(self.path, self.storage_options)
-        self._done = batch_id
-        return SinkResult(table.num_rows, version=self._dt.version(), extra=counts)
-
-    def _snapshot(self) -> tuple[Any, bool]:
-        if self._dt is not None:
-            return self._dt, False
-        self._dt = open_table(self.path, self.storage_options)
-        v = self._dt.transaction_version(self.ctx.query_id) if self._dt is not None else None
-        self._done = None if v is None else int(v)
-        return self._dt, True
+    def _result_extra(self, table: pa.Table) -> dict[str, Any]:
+        return action_counts(table)
 
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
         from deltalake import write_deltalake
@@ -127,7 +88,7 @@ class AutoCdcDeltaSink(Sink):
            .when_not_matched_insert(updates=cols, predicate=f"s.{_q(ACTION)} = 'upsert'")
            .execute())
 
-    def _explain(self, dt: Any, batch_id: int, table: pa.Table, e: Exception) -> None:
+    def _explain_failed_commit(self, dt: Any, batch_id: int, table: pa.Table, e: Exception) -> None:
         """A failed commit on a fresh snapshot: name a schema mismatch when there is one."""
         if dt is None:
             return

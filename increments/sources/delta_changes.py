@@ -37,18 +37,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
 from .delta import DeltaSource
+from .delta_files import conform, file_location, read_parquet
 
 log = logging.getLogger("increments.sources.delta_changes")
 
@@ -140,25 +138,14 @@ class DeltaChangeFeedSource(DeltaSource):
 
     # -- offsets --------------------------------------------------------------------------------
     def initial_offset(self) -> dict:
-        """The start of batch 0. The latest version ("latest", or the snapshot's) is resolved once:
-        sources/<i>/initial.json, written create-only, is adopted by every later start (as the
-        Kafka source pins "latest"), so changes made before batch 0 runs are neither lost nor read."""
+        """The start of batch 0. The latest version ("latest", or the snapshot's) is resolved once per
+        checkpoint (Source.pinned_initial_offset, as the Kafka source pins "latest"), so changes made
+        before batch 0 runs are neither lost nor read twice."""
         if isinstance(self.starting_version, int):
             return {"version": self.starting_version - 1}
-        own = self.own_files() if self.checkpoint is not None else None
-        if own is not None:
-            try:
-                return json.loads(own.read_bytes("initial.json"))
-            except FileNotFoundError:
-                pass
-        out = ({"version": self._latest_version()} if self.starting_version == "latest"
-               else {"version": self._latest_version(), "index": 0, "snapshot": True})
-        if own is not None:
-            try:
-                own.write_bytes("initial.json", json.dumps(out, sort_keys=True).encode(), create_only=True)
-            except FileExistsError:
-                return json.loads(own.read_bytes("initial.json"))
-        return out
+        if self.starting_version == "latest":
+            return self.pinned_initial_offset(lambda: {"version": self._latest_version()})
+        return self.pinned_initial_offset(lambda: {"version": self._latest_version(), "index": 0, "snapshot": True})
 
     def latest_offset(self, start: Any, limited: bool = True) -> dict:
         latest = self._latest_version()
@@ -336,33 +323,10 @@ class DeltaChangeFeedSource(DeltaSource):
         if action.get("deletionVector"):
             raise MalformedInputError(self.fail(f"file {action['path']} of version {version} has a deletion vector, "
                                                 "which this change feed reader does not support"))
-        rel = unquote(action["path"])
-        if "://" in rel or os.path.isabs(rel):
-            parent, _, name = rel.rpartition("/")
-            loc = storage.location(parent or "/", self.options())
-        else:
-            loc, name = self.location(), rel
-        local = loc.local_path(name)
-        try:
-            if local is not None:
-                t = pq.read_table(local)
-            else:
-                data = loc.read_bytes(name)
-                buf = pa.allocate_buffer(len(data))     # Arrow memory: no Python buffer reaches Arrow's threads
-                pa.FixedSizeBufferWriter(buf).write(data)
-                t = pq.read_table(pa.BufferReader(buf))
-        except FileNotFoundError:
-            raise FileNotFoundError(loc.join(name)) from None
+        loc, name = file_location(self.location(), action["path"], self.options())
+        t = read_parquet(loc, name)            # FileNotFoundError names the file (read(): data loss)
         n = t.num_rows
-        parts = action.get("partitionValues") or {}
-        cols = []
-        for f in base:
-            if f.name in t.column_names:
-                cols.append(t.column(f.name).cast(f.type))
-            elif f.name in parts:
-                cols.append(pa.array([parts[f.name]] * n, pa.string()).cast(f.type))
-            else:
-                cols.append(pa.nulls(n, f.type))
+        cols = conform(t, base, action.get("partitionValues"))
         if kind == "cdc":
             change = t.column("_change_type").cast(pa.string())
         else:
