@@ -50,6 +50,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
 from .partitioning import partition_sql, split_by_partition
+from .scd2 import apply_scd2
 from .state_util import side_stores, write_schema_once
 
 ACTION, START, END = "__action", "__start_at", "__end_at"
@@ -172,7 +173,6 @@ class ApplyChangesOp(PhysicalOp):
             if self.spec.stored_as_scd_type == 1:
                 actions = self._scd1(ctx, stores[p], tombs[p], part, metrics)
             else:
-                from .scd2 import apply_scd2
                 actions = apply_scd2(self, ctx, stores[p], tombs[p], part, metrics)
             metrics["num_tombstones_expired"] += self._expire(ctx, stores[p], tombs[p])
             out.append(actions)
