@@ -187,6 +187,9 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
+    check = getattr(sink, "check_output_schema", None)    # a .sink(...) object may predate the hook
+    if check is not None:
+        check(plan.output_schema)
     conf["plan"] = plan_fingerprint(plan, sink)
     columns = [op.column for op in plan.root.walk() if type(op).__name__ == "WatermarkOp"]
     if columns:     # the event-time columns of with_watermark (a new key: older checkpoints record it)

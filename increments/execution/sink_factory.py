@@ -28,5 +28,8 @@ def make_sink(settings: Any):
     if fmt in ("postgres", "postgresql"):
         from ..sinks.postgres import PostgresSink
         return PostgresSink(opts)
-    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, parquet, postgres, memory, console "
-                            "or foreach_batch(fn)")
+    if fmt == "kafka":
+        from ..sinks.kafka import KafkaSink
+        return KafkaSink(opts)
+    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, parquet, postgres, kafka, memory, "
+                            "console or foreach_batch(fn)")

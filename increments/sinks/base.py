@@ -52,6 +52,11 @@ class Sink(ABC):
     @abstractmethod
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult: ...
 
+    def check_output_schema(self, schema: pa.Schema) -> None:
+        """Called when the query starts, before any batch, with the query's output schema: a sink
+        whose columns have a fixed contract (Kafka's value/key/...) refuses a query that does not
+        fit (AnalysisException). Default: nothing to check."""
+
     def holds_query(self, query_id: str) -> bool | None:
         """Does the sink hold output written by this query id? None: the sink cannot tell. (Asked
         after open() when a checkpoint lost its metadata.json; see checkpoint/identity.py.)"""
