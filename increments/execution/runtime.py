@@ -148,7 +148,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
 
     def sink_context(query_id: str) -> SinkContext:
         return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
-                           storage_options=storage_options, locate=locate)
+                           storage_options=storage_options, locate=locate, log_url=log_url)
 
     def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json was lost
         sink.open(sink_context(query_id))

@@ -28,6 +28,8 @@ class SinkContext:
     #: locate(batch_id, needles) -> "input file F, line L" (the first line of the batch's input files
     #: holding one of the byte strings), or None; for error messages that name the input row
     locate: Any = None
+    #: the SQLAlchemy URL of the query's offsets/commits log (a sink may keep its catalog there)
+    log_url: str | None = None
 
 
 @dataclass
