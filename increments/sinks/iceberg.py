@@ -125,6 +125,12 @@ class IcebergSink(Sink):
             t = cat.create_table((*self.namespace, self.table_name), schema=schema)
         except TableAlreadyExistsError:
             return self._load()
+        except ValueError as e:
+            if "location" not in str(e) or "warehouse" in self.props:
+                raise
+            raise ValueError(f"{self.description}: cannot create the table: the catalog has no 'warehouse' (where "
+                             "new tables live): add e.g. 'warehouse': 's3://bucket/warehouse' or 'file:///data/wh' "
+                             "to the catalog option") from None
         if self.partition_by:
             with t.update_spec() as spec:
                 for col in self.partition_by:

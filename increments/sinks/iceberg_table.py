@@ -6,8 +6,8 @@ configuration/), plus `name` (the catalog's name, default "increments"). A SQL c
 ({"type": "sql", "uri": <SQLAlchemy URL>, "warehouse": <file:// or s3:// URL>}) is the one the
 tests run on PostgreSQL and SQLite. For the sink, a dict without "uri" (and of type sql, or
 without type) uses the query's own log database (the PostgreSQL of log_url, or the SQLite file in
-the checkpoint). The query-level storage_options (delta-rs' names: AWS_ENDPOINT_URL,
-AWS_ACCESS_KEY_ID, ...) fill pyiceberg's s3.* properties the dict leaves unset.
+the checkpoint). The storage_options (delta-rs' names: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...),
+else the same environment variables, fill pyiceberg's s3.* properties the dict leaves unset.
 
 pyiceberg internals (tested with pyiceberg 0.12; another minor version is refused by `_guard` with
 what to do): `write_files` (pyiceberg.io.pyarrow._dataframe_to_data_files: Parquet data files for a
@@ -50,9 +50,11 @@ def catalog_properties(catalog: dict[str, Any] | None, default_uri: str | None =
         props["type"] = "sql"
     if "uri" in props and not kind and str(props["uri"]).split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql"):
         props["type"] = "sql"
-    for k, v in (storage_options or {}).items():
-        target = _S3_FROM_STORAGE.get(str(k).lower())
-        if target and target not in props:
+    import os
+    given = {str(k).lower(): v for k, v in (storage_options or {}).items()}
+    for k, target in _S3_FROM_STORAGE.items():       # the sink's/query's storage_options, then the environment
+        v = given.get(k) or os.environ.get(k.upper())
+        if v and target not in props:
             props[target] = v
     return {k: (v if isinstance(v, str) else str(v)) for k, v in props.items()}
 
