@@ -84,7 +84,7 @@ class IcebergSink(Sink):
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """Module doc: skip what the marker holds, else one commit (retried after a concurrent
         commit of another writer, the marker checked again)."""
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
         mode = self.ctx.output_mode
         if mode == "update" and not self.ctx.key_columns:
             raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
@@ -104,8 +104,9 @@ class IcebergSink(Sink):
             self._check_schema(t, batch_id, table.schema)
             try:
                 self._commit(t, batch_id, table, done)
-            except CommitFailedException:
-                self._tbl = None                # another writer committed: reload and check again
+            except (CommitFailedException, ValidationException):
+                self._tbl = None                # another writer committed (or compacted the files an update
+                                                # rewrites): reload and check again
                 if attempt == 4:
                     raise
                 continue
