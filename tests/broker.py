@@ -105,17 +105,18 @@ def produce(bootstrap: str, topic: str, values, partition: int | None = None, ke
     assert p.flush(30) == 0, "producer did not deliver every message"
 
 
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory):
-    proc, bootstrap = start_tansu(str(tmp_path_factory.mktemp("tansu")))
+def _serve(start, workdir: str):
+    proc, bootstrap = start(workdir)
     yield bootstrap
     proc.kill()
     proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    yield from _serve(start_tansu, str(tmp_path_factory.mktemp("tansu")))
 
 
 @pytest.fixture(scope="session")
 def kafka_txn_broker(tmp_path_factory):
-    proc, bootstrap = start_noida(str(tmp_path_factory.mktemp("noida")))
-    yield bootstrap
-    proc.kill()
-    proc.wait(10)
+    yield from _serve(start_noida, str(tmp_path_factory.mktemp("noida")))
