@@ -85,6 +85,14 @@ class DataStreamReader:
                               storage_options=storage_options, **options)
         return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
 
+    def iceberg(self, table: str, catalog: dict[str, Any] | None = None, max_files_per_trigger: int | None = None,
+                **options: Any) -> StreamFrame:
+        """The rows appended to an Iceberg table, snapshot by snapshot (sources/iceberg.py)."""
+        from ..sources.iceberg import IcebergSource
+        auto = _is_auto(max_files_per_trigger)
+        src = IcebergSource(table, catalog, max_files_per_trigger=None if auto else max_files_per_trigger, **options)
+        return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
+
     def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
         from ..sources.memory import MemorySource
         src = MemorySource(schema, name)
@@ -111,6 +119,20 @@ class DataFrameReader:
             from deltalake import DeltaTable
             return pa.schema(DeltaTable(path, storage_options=opts).schema().to_arrow())
         return StaticTable(f"delta[{storage.redact_url(path)}]", load, schema)
+
+    def iceberg(self, table: str, catalog: dict[str, Any] | None = None,
+                storage_options: dict[str, Any] | None = None) -> StaticTable:
+        """The Iceberg table `table` ("namespace.table") of `catalog`, re-read at its current
+        snapshot every batch (the snapshot id is the static side's version)."""
+        from ..sources.iceberg import load_table, static_rows
+
+        def load():
+            return static_rows(load_table(table, catalog, storage_options, f"read.iceberg({table!r})"))
+
+        def schema():
+            from ..sinks.iceberg_table import arrow_schema
+            return arrow_schema(load_table(table, catalog, storage_options, f"read.iceberg({table!r})"))
+        return StaticTable(f"iceberg[{table}]", load, schema)
 
     def files(self, path: str, format: str = "parquet", schema: Any = None,
               storage_options: dict[str, Any] | None = None, **options: Any) -> StaticTable:

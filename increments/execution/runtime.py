@@ -149,7 +149,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
 
     def sink_context(query_id: str) -> SinkContext:
         return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
-                           storage_options=storage_options, locate=locate)
+                           storage_options=storage_options, locate=locate, log_url=log_url)
 
     def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json was lost
         sink.open(sink_context(query_id))
@@ -195,6 +195,9 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
+    check = getattr(sink, "check_output_schema", None)    # a .sink(...) object may predate the hook
+    if check is not None:
+        check(plan.output_schema)
     conf["plan"] = plan_fingerprint(plan, sink)
     columns = [op.column for op in plan.root.walk() if type(op).__name__ == "WatermarkOp"]
     if columns:     # the event-time columns of with_watermark (a new key: older checkpoints record it)

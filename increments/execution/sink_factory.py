@@ -30,8 +30,14 @@ def make_sink(settings: Any):
     if fmt in ("postgres", "postgresql"):
         from ..sinks.postgres import PostgresSink
         return PostgresSink(opts)
-    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, parquet, postgres, memory, console "
-                            "or foreach_batch(fn)")
+    if fmt == "iceberg":
+        from ..sinks.iceberg import IcebergSink
+        return IcebergSink(settings.path or opts.get("path") or opts.get("table"), opts)
+    if fmt == "kafka":
+        from ..sinks.kafka import KafkaSink
+        return KafkaSink(opts)
+    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, iceberg, parquet, postgres, kafka, memory, "
+                            "console or foreach_batch(fn)")
 
 
 def _auto_cdc_sink(settings: Any, fmt: str, opts: dict):
