@@ -52,7 +52,6 @@ class AutoCdcDeltaSink(DeltaSink):
             raise ValueError("apply_changes(...).format('delta') needs a table path: .start('lake/silver/customers')")
         super().__init__(path, options)
         self.scd_type, self.keys = scd_type, list(keys)
-        self.table_properties = {str(k): str(v) for k, v in dict(options.get("table_properties") or {}).items()}
 
     @property
     def description(self) -> str:

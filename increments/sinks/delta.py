@@ -11,7 +11,9 @@ crash between the sink commit and commits[N]) and nothing is written.
 - complete: one overwrite commit with the whole result (also when it is empty).
 
 `add_batch` returns the table version it wrote (or the current one on a skipped replay) for lineage.
-Options: `partition_by` (comma-separated columns, used when the table is created), `storage_options`.
+Options: `partition_by` (comma-separated columns) and `table_properties` (a dict of Delta table
+properties, e.g. {"delta.enableChangeDataFeed": "true"}), both used when the sink creates the table;
+`storage_options`.
 
 Where: a local path or a URL (s3://, gs://, az://, abfss://, file://); an unknown scheme is refused
 at open(). Every deltalake call gets the storage_options: the sink's own over the query-level ones
@@ -114,6 +116,8 @@ class DeltaSink(Sink):
         options = dict(options or {})
         pb = options.get("partition_by") or options.get("partitionBy")
         self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else None)
+        #: Delta table properties set when the sink creates the table ({"delta.enableChangeDataFeed": "true"})
+        self.table_properties = {str(k): str(v) for k, v in dict(options.get("table_properties") or {}).items()}
         self.own_storage_options = dict(options.get("storage_options") or {})
         storage.remember_secrets(self.own_storage_options)
         self.storage_options: dict | None = self.own_storage_options or None
@@ -232,6 +236,7 @@ class DeltaSink(Sink):
             write_deltalake(dt if dt is not None else self.path, table,
                             mode="overwrite" if mode == "complete" else "append",
                             partition_by=self.partition_by if dt is None else None, commit_properties=props,
+                            configuration=(self.table_properties or None) if dt is None else None,
                             storage_options=self.storage_options,
                             schema_mode="overwrite" if mode == "complete" else None,
                             post_commithook_properties=hooks)

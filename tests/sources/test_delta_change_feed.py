@@ -194,18 +194,23 @@ def test_a_cleaned_up_log_entry_fails_or_is_skipped(tmp_path):
 
 
 def test_change_feed_of_a_stream_written_table(tmp_path):
-    """A Delta sink's table (created by a query) read by another query's change feed: the
-    bronze -> silver link of a medallion chain. Schema: the table's columns plus the three."""
+    """A Delta sink's table, created by a query with table_properties (the change feed on), read by
+    another query's change feed: the bronze -> silver link of a medallion chain. Schema: the
+    table's columns plus the three."""
     bronze = str(tmp_path / "bronze")
-    write_deltalake(bronze, pa.table({"id": pa.array([], pa.int64()), "v": pa.array([], pa.string())}),
-                    configuration=CDF)
-    write_deltalake(bronze, pa.table({"id": [1, 2], "v": ["a", "b"]}), mode="append")
-    frame = inc.read_stream.delta(bronze, read_change_feed=True, starting_version=1)
+    src = inc.read_stream.memory("id BIGINT, v STRING")
+    q = (src.write_stream.format("delta").option("table_properties", CDF).checkpoint_location(str(tmp_path / "chk0"))
+         .start(bronze))
+    src.add_data([{"id": 1, "v": "a"}, {"id": 2, "v": "b"}])
+    q.process_all_available()
+    q.stop()
+    assert DeltaTable(bronze).metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    frame = inc.read_stream.delta(bronze, read_change_feed=True, starting_version=0)
     assert frame.schema.names == ["id", "v", "_change_type", "_commit_version", "_commit_timestamp"]
     assert frame.schema.field("_commit_timestamp").type == pa.timestamp("us", tz="UTC")
     out = str(tmp_path / "out")
     (frame.filter("_change_type = 'insert'").select("id", "v", "_commit_version").write_stream.format("delta")
      .checkpoint_location(str(tmp_path / "chk")).trigger(available_now=True).start(out).await_termination())
     assert sorted(DeltaTable(out).to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 1, "v": "a", "_commit_version": 1}, {"id": 2, "v": "b", "_commit_version": 1}]
+        {"id": 1, "v": "a", "_commit_version": 0}, {"id": 2, "v": "b", "_commit_version": 0}]
     assert not glob.glob(os.path.join(out, "_change_data", "*"))
