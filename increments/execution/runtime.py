@@ -150,7 +150,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
         return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
                            storage_options=storage_options, locate=locate)
 
-    def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json was lost
+    def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json or the log was lost
         sink.open(sink_context(query_id))
         return sink.holds_query(query_id)
     meta, log = open_checkpoint(checkpoint, name, conf, log_url, sink_agrees)
