@@ -157,6 +157,17 @@ class DeltaSink(Sink):
         dt = self._table()
         return dt is not None and dt.transaction_version(query_id) is not None
 
+    def foreign_output(self, query_id: str) -> str | None:
+        """The table exists with commits but none of this query id (app transaction): other writers'."""
+        dt = self._table()
+        if dt is None or dt.transaction_version(query_id) is not None:
+            return None
+        what = ("each batch replaces the whole table, their rows included" if self.ctx.output_mode == "complete"
+                else "this query's batches are added to it (its app transaction is keyed by its query id and "
+                     "batch id: none of its batches is skipped)")
+        return (f"{self.description} already holds table version {dt.version()} written by other writers (no commit "
+                f"of this query id, {query_id}); {what}. Write to a new path to keep them apart.")
+
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip when the table holds this query's batch, else one commit.
 
