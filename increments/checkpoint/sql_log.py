@@ -173,6 +173,8 @@ class MetadataLog:
         self._q_insert = f"INSERT INTO {t} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?)"
         self._q_claim = (f"UPDATE {t} SET owner = ?, attempt = ? WHERE query_id = ? AND batch_id = ? "
                          "AND attempt = ?")
+        self._q_replace = (f"UPDATE {t} SET body = ?, owner = ?, attempt = 1 WHERE query_id = ? AND batch_id = ? "
+                           "AND owner = ? AND attempt = ?")
 
     def create(self) -> None:
         """Create the table if missing; two runners racing to create it both end up using it."""
@@ -208,6 +210,17 @@ class MetadataLog:
         n = self.conn.execute(self._q_claim, (owner, seen_attempt + 1, self.query_id, batch_id, seen_attempt),
                               fetch=False, write=True, landed=landed)
         return seen_attempt + 1 if n == 1 else None
+
+    def replace(self, batch_id: int, body: dict[str, Any], owner: str, seen_owner: str, seen_attempt: int) -> str | None:
+        """Compare-and-swap a whole entry (body and owner) that (seen_owner, seen_attempt) still
+        owns; the body as stored (JSON text), or None if another runner changed it first."""
+        text = json.dumps(body, sort_keys=True)
+
+        def landed() -> int | None:
+            return 1 if self.owner(batch_id) == (owner, 1) else None
+        n = self.conn.execute(self._q_replace, (text, owner, self.query_id, batch_id, seen_owner, seen_attempt),
+                              fetch=False, write=True, landed=landed)
+        return text if n == 1 else None
 
     # -- reads --------------------------------------------------------------------------
     def get(self, batch_id: int) -> dict[str, Any] | None:
