@@ -23,6 +23,7 @@ Checkpoints and logs written before these checks get their identity at their nex
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from ..errors import IncompatibleCheckpointError
 from ..storage import Location
 from .log import BatchLog, resolve_log_url
+from .sql_log import sqlite_failure
 from .metadata import CheckpointMetadata, _read_conf, _read_json_file, create_metadata, read_metadata
 
 logger = logging.getLogger("increments.checkpoint")
@@ -202,8 +204,18 @@ def open_checkpoint(loc: Location, name: str | None, conf: dict[str, Any], log_u
         return _open(loc, name, conf, log_url, sink_agrees)
     except IncrementsError:
         raise
+    except sa.exc.DBAPIError as e:
+        failure = sqlite_failure(resolve_log_url(log_url, loc), e)
+        if failure is None:
+            raise
+        raise type(failure)(failure.errno, f"query {name!r}: {failure.strerror}") from e
     except OSError as e:
         what = f"{e.strerror or e}" + (f" ({e.filename})" if getattr(e, "filename", None) else "")
+        if e.errno == errno.ENOSPC:
+            raise CheckpointAccessError(
+                errno.ENOSPC, f"query {name!r}: the checkpoint location {loc.url} cannot be written: the disk is full "
+                              f"(ENOSPC: {what}). Free space on that disk, or start the query on a checkpoint "
+                              "location on another disk.") from e
         raise CheckpointAccessError(
             f"query {name!r}: the checkpoint location {loc.url} cannot be created, read or written: {what}. Use a "
             "location this process can write (a directory it may create, or a bucket prefix its credentials may "
