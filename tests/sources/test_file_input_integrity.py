@@ -203,3 +203,21 @@ def test_an_object_rewritten_after_it_was_read_fails_the_next_batch_on_s3(s3_buc
     src.fail_on_data_loss = False
     assert src.read(0, end).num_rows >= 1
     assert src.read_metrics["changed_files"] == [f"{s3_bucket}/in/f000.json"]
+
+
+# -- issue 28 item 9: bad CSV values and duplicate JSON keys name the line --------------------------------
+def test_a_csv_value_that_does_not_convert_names_file_line_and_column(d):
+    inp, chk, out = d
+    with open(f"{inp}/a.csv", "w") as f:
+        f.write("id,name\n1,a\n\n2,b\nx3,c\n4,d\n")
+    msg = _failure(inp, chk, out, fmt="csv", header=True)
+    assert f"{inp}/a.csv, line 5: column 'id' has value 'x3', which is not a BIGINT" in msg
+    assert not os.path.exists(out)
+
+
+def test_a_json_object_with_a_duplicate_key_names_file_and_line(d):
+    inp, chk, out = d
+    with open(f"{inp}/a.json", "w") as f:
+        f.write('{"id": 1, "name": "a"}\n{"id": 2, "name": "b"}\n{"id": 3, "name": "c", "id": 4}\n')
+    msg = _failure(inp, chk, out)
+    assert f"{inp}/a.json, line 3: the JSON object has the key 'id' twice" in msg and "row 0" not in msg
