@@ -137,11 +137,49 @@ class FileSource(Source):
         super().open(checkpoint, index, query_name, storage_options)
         self._root = None
         self._log = SeenFilesLog(self.own_files())
+        if self.pattern is None and self._single_file():
+            return
         if self.pattern is None and not self.wait_for_path and not self._path_exists():
             raise FileNotFoundError(
                 f"query {query_name!r}, source {index} ({self.description}): the path {storage.redact_url(self.path)} "
                 "does not exist (no directory or file, and no object under that prefix). Create it, fix the path, "
                 "or pass wait_for_path=True to read_stream.files to start before it exists.")
+
+    def _single_file(self) -> bool:
+        """A path naming one file (not a directory) is read as that file: its directory listed with
+        the file's own name as the pattern (a file of that name landing later is read once it
+        lands). A directory that holds no file of its own but sub-directories that do reads nothing
+        (sub-directories are not listed without a glob): warned, naming the path and a glob to use."""
+        parent_url, _, base = self.root_url.rpartition("/")
+        if not base or parent_url.endswith(":/"):
+            return False
+        root = self.root()
+        local = root.local_path("")
+        if local is not None:
+            is_file = os.path.isfile(local)
+        else:
+            files, dirs = root.list_dir("")
+            is_file = not files and not dirs and storage.location(parent_url, self.options()).head(base) is not None
+        if is_file:
+            self.root_url, self.pattern, self._root = parent_url or "/", _glob_escape(base), None
+            return True
+        self._warn_subfolders_only()
+        return False
+
+    def _warn_subfolders_only(self) -> None:
+        try:
+            files, dirs = self.root().list_dir("")
+        except (OSError, storage.StorageError):
+            return
+        if [f for f in files if name_matches(f.name, None)] or not dirs:
+            return
+        deeper = [o.name for o in self.root().list("") if "/" in o.name and name_matches(o.name.rsplit("/", 1)[-1], None)]
+        if deeper:
+            depth = deeper[0].count("/")
+            log.warning("%s", self.fail(
+                f"the directory {storage.redact_url(self.path)} holds no file of its own, but its sub-directories "
+                f"hold {len(deeper)} (e.g. {deeper[0]}); a directory path reads only its own files, so this source "
+                f"reads nothing. To read them, use a glob: read_stream.files({(self.path.rstrip('/') + '/*' * depth + '/*')!r}, ...)"))
 
     def _path_exists(self) -> bool:
         root = self.root()
@@ -472,6 +510,11 @@ class FileSource(Source):
                 msg = str(e).replace(path, shown) if path != shown else str(e)
                 raise MalformedInputError(self.fail(msg + ". Fix or remove the file; nothing of it was "
                                                           "processed.")) from e
+
+
+def _glob_escape(name: str) -> str:
+    """`name` as a pattern matching only itself (fnmatch: each wildcard character in brackets)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _key(f: Any) -> str:
