@@ -195,6 +195,17 @@ class DeltaSink(Sink):
                                      "has none")
                 if table.num_rows == 0:
                     return SinkResult(0, version=dt.version())
+            if dt is not None and mode != "complete":
+                # a column whose type another writer changed (BIGINT -> STRING) would take this
+                # batch's values cast to it: refused like the drift a failing commit reveals
+                retyped = [d for d in schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
+                           if " in the table but " in d]
+                if retyped:
+                    if not fresh:             # decided on the current table, not the sink's snapshot
+                        self._dt = None
+                        dt, done, fresh = self._snapshot()
+                        continue
+                    raise self._drift(batch_id, retyped)
             try:
                 self._commit(dt, batch_id, table)
                 break
@@ -208,17 +219,20 @@ class DeltaSink(Sink):
                 diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
                 if not diff:
                     raise
-                from ..errors import SinkSchemaError
-                raise SinkSchemaError(
-                    f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
-                    f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
-                    f"written. Restore the table's schema, change the query to write those columns, or write to a "
-                    f"new table (with a new checkpoint). [{storage.redact(str(e))}]") from None
+                raise self._drift(batch_id, diff, e) from None
         if dt is None:
             self._dt = self._table()              # the table this batch created: one full load, once
         # (a write or MERGE through dt moves dt to the version it committed: no request)
         self._done = batch_id
         return SinkResult(table.num_rows, version=self._dt.version())
+
+    def _drift(self, batch_id: int, diff: list[str], cause: BaseException | None = None) -> Exception:
+        from ..errors import SinkSchemaError
+        return SinkSchemaError(
+            f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
+            f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
+            f"written. Restore the table's schema, change the query to write those columns, or write to a "
+            f"new table (with a new checkpoint)." + (f" [{storage.redact(str(cause))}]" if cause is not None else ""))
 
     def _snapshot(self) -> tuple[Any, int | None, bool]:
         """(the sink's DeltaTable or None when there is no table, this query's last batch id in it,
