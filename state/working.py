@@ -131,6 +131,11 @@ class Working:
 def private_store_dir(root: str, operator: str, partition: int) -> str:
     """``<root>/<operator>/<partition>``, checked as the module doc says."""
     path = os.path.join(root, operator, str(partition))
+    for d in (os.path.join(root, operator), path):       # before anything is created through them
+        if os.path.islink(d):
+            raise StateStoreError(f"the RocksDB working directory {d} is a symbolic link (to {os.readlink(d)}); "
+                                  "increments refuses to follow it (whoever planted it would choose where state is "
+                                  "written and read). Remove it, or pass another local_dir.")
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
     if st.st_uid != os.getuid():

@@ -159,6 +159,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
     sink.open(sink_context(meta.query_id))
     warn_foreign_output(sink, meta.query_id, name, log)
     for i, src in enumerate(plan.sources):
+        src.local_dir = opts.get("local_dir")
         src.open(checkpoint, i, name, storage_options)
     state = StateManager(checkpoint, provider, partitions, changelog, opts.get("local_dir"))
     rt = QueryRuntime(name, meta, log, plan, sink, settings, MemoryStaging(), state)

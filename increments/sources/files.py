@@ -25,7 +25,8 @@ An AvailableNow drain's target is the last name available when it starts (the ol
 of paths, is read as its last name); backlog() counts the files after the last name read.
 
 Reads: a local file is read in place; an object is fetched into a private local file
-(storage.private_dir(None, "fetch")), read by the same readers, and the copy deleted. A batch of
+(storage.private_dir(local_dir, "fetch"): the query's local_dir option, else INCREMENTS_LOCAL_DIR,
+else the temp dir), read by the same readers, and the copy deleted. A batch of
 many JSON files is copied, in order, into one such file and read in one scan (a tiny file costs a
 fraction of a scan of its own); such batches are not read ahead file by file. Smaller batches
 are read ahead by the local runner (sources/prefetch.py): an object's prefetched rows are used
@@ -233,7 +234,7 @@ class FileSource(Source):
                                  "and no file to infer it from; pass schema=")
             import pyarrow.parquet as pq
             loc, name = first[0]
-            with LocalCopy(loc, name) as path:
+            with LocalCopy(loc, name, self.local_dir) as path:
                 self._schema = parse_schema(pq.read_schema(path))
         return self._schema.to_arrow()
 
@@ -360,7 +361,7 @@ class FileSource(Source):
         for key in self.files_for(start, end):
             loc, name = self._where(key)
             try:
-                with LocalCopy(loc, name) as path, open(path, "rb") as f:
+                with LocalCopy(loc, name, self.local_dir) as path, open(path, "rb") as f:
                     for n, line in enumerate(f, 1):
                         if any(x in line for x in needles):
                             return f"file {self.display(key)}, line {n}"
@@ -390,7 +391,7 @@ class FileSource(Source):
             with open(p, "rb") as fh:
                 return fh.read()
         try:
-            with concatenated(keys, content, 1 if self.root().is_local else 8) as path:
+            with concatenated(keys, content, 1 if self.root().is_local else 8, self.local_dir) as path:
                 return file_formats.read_json_lines_many([path], self._schema, columns)
         except (OSError, storage.StorageError):
             return None
@@ -497,7 +498,7 @@ class FileSource(Source):
     def decode_at(self, loc: Location, name: str, columns: list[str] | None = None) -> pa.Table:
         """The rows of one file (FileNotFoundError when it is gone; MalformedInputError naming it)."""
         shown = loc.join(name)
-        with LocalCopy(loc, name) as path:
+        with LocalCopy(loc, name, self.local_dir) as path:
             if loc.local_path(name) is not None and not os.path.isfile(path):
                 raise FileNotFoundError(shown)
             try:

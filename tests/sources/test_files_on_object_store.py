@@ -319,3 +319,24 @@ def test_the_newest_seen_files_entry_is_found_on_s3(s3_bucket, fetch_dir):
     for n in range(11):
         assert src.latest_offset(n - 1) == n
     assert src._log.newest() == 10                      # numerically, not by name ("9" > "10")
+
+
+@pytest.mark.parametrize("files", [1, 9])       # one fetched object; many copied into one scan
+def test_fetched_objects_go_under_the_local_dir_option(s3_bucket, tmp_path, monkeypatch, pg_url, files):
+    """Issue 28 item 9: the query's local_dir option is where objects are fetched to: with the
+    default root unusable (INCREMENTS_LOCAL_DIR under a regular file), the query still reads."""
+    import increments as inc
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("INCREMENTS_LOCAL_DIR", str(tmp_path / "not-a-dir" / "cache"))
+    inp = storage.location(f"{s3_bucket}/ld{files}")
+    for k in range(files):
+        inp.write_bytes(f"f{k}.json", _json([k]))
+    local = tmp_path / "mine"
+    q = (inc.read_stream.files(f"{s3_bucket}/ld{files}", "json", SCHEMA).write_stream.format("memory")
+         .query_name(f"local_dir_{files}").checkpoint_location(f"{s3_bucket}/chk-ld{files}")
+         .option("log_url", pg_url).option("local_dir", str(local)).option("state_store", "memory")
+         .trigger(available_now=True).start())
+    q.await_termination()
+    assert q.exception() is None
+    assert sorted(r["id"] for r in inc.memory_table(f"local_dir_{files}").to_pylist()) == list(range(files))
+    assert (local / "fetch").is_dir() and list((local / "fetch").iterdir()) == []   # copies removed after reading
