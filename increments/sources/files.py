@@ -54,6 +54,7 @@ from .file_changes import check_unchanged
 from .file_listing import LocalCopy, concatenated, name_matches, split_glob, within_bytes
 from .base import Source
 from .prefetch import ReadAhead
+from .read_files_window import DEFAULT_WINDOW, ReadFilesWindow
 from .seen_files import SeenFilesLog
 
 log = logging.getLogger("increments.sources.files")
@@ -75,11 +76,12 @@ MULTI_FILE_SCAN_MIN = 8
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
-                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None}
+                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None, "_window": None}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
-                 storage_options: dict[str, Any] | None = None, wait_for_path: bool = False):
+                 storage_options: dict[str, Any] | None = None, wait_for_path: bool = False,
+                 changed_files_window: int = DEFAULT_WINDOW):
         path = os.fspath(path)
         storage.check_scheme(path, "files: path")
         fmt = format.lower().replace("jsonl", "json").replace("ndjson", "json")
@@ -90,6 +92,13 @@ class FileSource(Source):
                              f"{fmt!r} (e.g. schema=\"user_id STRING, event_time TIMESTAMP\")")
         if max_files_per_trigger is not None and max_files_per_trigger < 1:
             raise ValueError("max_files_per_trigger must be >= 1")
+        if not isinstance(changed_files_window, int) or isinstance(changed_files_window, bool) or \
+                changed_files_window < 0:
+            raise ValueError(f"read_stream.files: changed_files_window={changed_files_window!r}: give the number of "
+                             "most recently read files checked for changes at every plan (>= 0; 0: only the "
+                             "previous batch's files)")
+        self.changed_files_window = changed_files_window
+        self._window: ReadFilesWindow | None = None
         self.path = path
         self.root_url, self.pattern = split_glob(path)
         self.storage_options = dict(storage_options or {})
@@ -138,6 +147,7 @@ class FileSource(Source):
         super().open(checkpoint, index, query_name, storage_options)
         self._root = None
         self._log = SeenFilesLog(self.own_files())
+        self._window = ReadFilesWindow(self, self.changed_files_window)
         if self.pattern is None and self._single_file():
             return
         if self.pattern is None and not self.wait_for_path and not self._path_exists():
@@ -245,9 +255,13 @@ class FileSource(Source):
     def _new_files(self, start: int, limited: bool) -> list[ObjectInfo]:
         assert self._log is not None
         last = self._log.last(start, self._rel)
+        # every file read within the window, unchanged? (read_files_window.py; its listing serves below)
+        fresh = self._window.check(start, last) if self._window is not None else None
         m = self.max_files_per_trigger if limited else None
         cached = self._listed
-        if m and cached is not None and cached[0] == start and cached[1] == last and len(cached[2]) >= m:
+        if fresh is not None:
+            new = fresh
+        elif m and cached is not None and cached[0] == start and cached[1] == last and len(cached[2]) >= m:
             new = cached[2]
         else:
             new = self.list_after(last)
@@ -308,6 +322,11 @@ class FileSource(Source):
         assert self._log is not None
         return [_key(f) for f in self._log.files_between(start, end)]
 
+    def commit(self, end: int) -> None:
+        """After commits[N]: the window index, every INDEX_EVERY entries (read_files_window.py)."""
+        if self._window is not None:
+            self._window.write_index(end)
+
     def backlog(self, end: int) -> dict[str, Any] | None:
         if self._log is None:
             return None
@@ -328,6 +347,8 @@ class FileSource(Source):
         Spark's scan reads only the columns a query uses (a bad value in an unread column is not
         seen); a malformed line or file fails the batch either way."""
         changed = self._check_unchanged(start, end)
+        if self._window is not None:       # reported by a plan's window check since the last read
+            changed = self._window.take_pending() + [c for c in changed if c not in self._window.pending]
         files = self.files_for(start, end)
         cols = columns if self.reads_columns else None
         together = self._read_together(files, cols)

@@ -107,7 +107,7 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     inp = storage.location(f"{s3_bucket}/in")
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda k: inp.write_bytes(f"f{k:05d}.json", _json([k])), range(2100)))
-    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
+    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", changed_files_window=0)
     assert src.latest_offset(-1) == 0
     assert len(src.files_for(-1, 0)) == 2100
     assert _ids(src.read(-1, 0)) == list(range(2100))            # many objects: one scan, in name order
@@ -121,6 +121,12 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     assert src.latest_offset(1) == 1
     assert list_calls == [("f99999.json", [])]
     assert src.backlog(0) == {"files_pending": 2} and src.backlog(1) == {"files_pending": 0}
+    # with the check of the files read (the default window): still one listing per plan, from the
+    # window's oldest file, which also serves as the listing of new files
+    win = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
+    list_calls.clear()
+    assert win.latest_offset(1) == 1
+    assert len(list_calls) == 1 and list_calls[0][1][0] == "f00000.json" and len(list_calls[0][1]) == 2102
 
 
 def test_many_local_files_list_only_the_new_ones(tmp_path):

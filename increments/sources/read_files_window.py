@@ -1,0 +1,176 @@
+"""The file source's check of every file it read, in the plan step (issue 28 item 1).
+
+Each file is read once (the name-order rule), so a file that grows or is rewritten after its batch
+read it holds rows no batch will ever read. The read step checks the files of the batch before
+(sources/file_changes.py); this module checks the last `changed_files_window` files read (default
+10,000; 0: only the previous batch's), at every plan, also when no new file arrived (the plan of
+an idle trigger), so a change seen after several later batches, or to the only file, is caught:
+
+    window = facts (size, mtime ms | size, etag) of the last W files read, as their entries
+             recorded them (amended by sources/<i>/<n>.read.json where a read found a file
+             changed since listed), kept in memory and extended by each new entry
+    one listing from just before the window's oldest name (S3: StartAfter) -> the facts now;
+             the plan reuses the part after the last name read as its listing of new files
+    a file whose size (or, on an object store, etag) differs -> DataLossError naming the file and
+             the batch that read it; with fail_on_data_loss=False a warning, once per change, the
+             file counted in the next batch's read metrics (changed_files), and its new facts the
+             baseline from then on; a file gone, or only touched (same size, new mtime), is no loss
+
+A fresh process (a Dagster run: one per batch) does not read W entries back: at every commit
+whose entry number is a multiple of INDEX_EVERY the window is written to
+sources/<i>/window/<n>.json (create-only; its content is a function of committed entries), and a
+plan loads the newest such index at or below its start entry plus the entries after it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..errors import DataLossError
+
+log = logging.getLogger("increments.sources.files")
+DEFAULT_WINDOW = 10_000
+#: a window index every this many entries (a fresh process reads at most this many entries more)
+INDEX_EVERY = 32
+
+
+class ReadFilesWindow:
+    """The facts of the last `size` files read (module doc) for one FileSource."""
+
+    def __init__(self, src: Any, size: int):
+        self.src, self.size = src, int(size)
+        self.facts: OrderedDict[str, tuple] = OrderedDict()   # name -> facts, oldest entry first
+        self.entry_of: dict[str, int] = {}
+        self.upto: int | None = None            # the last entry folded in
+        self.reported: dict[str, tuple] = {}    # name -> facts warned about (fail_on_data_loss=False)
+        self.pending: list[str] = []            # changed files for the next batch's read metrics
+
+    # -- the window ---------------------------------------------------------------------------
+    def _facts_of(self, n: int) -> dict[str, tuple]:
+        from .file_changes import _as_read, _listed
+        got = _listed(self.src, n)
+        got.update({k: v for k, v in _as_read(self.src, n).items() if k in got})
+        return got
+
+    def _fold(self, n: int, facts: dict[str, tuple]) -> None:
+        for name, f in facts.items():
+            self.facts.pop(name, None)
+            self.facts[name] = tuple(f)
+            self.entry_of[name] = n
+        while len(self.facts) > self.size:
+            name, _ = self.facts.popitem(last=False)
+            self.entry_of.pop(name, None)
+        self.upto = n
+
+    def advance(self, start: int) -> None:
+        """Fold in entries up to `start` (the last entry a committed batch read)."""
+        if start < 0 or self.size <= 0 or (self.upto is not None and self.upto >= start):
+            return
+        first = self.upto + 1 if self.upto is not None else self._load_index(start)
+        todo = list(range(first, start + 1))
+        with ThreadPoolExecutor(min(8, max(1, len(todo)))) as pool:
+            for n, facts in zip(todo, pool.map(self._facts_of, todo)):
+                self._fold(n, facts)
+
+    def _load_index(self, start: int) -> int:
+        """Load the newest window index at or below `start`; the first entry still to fold in."""
+        k = start - start % INDEX_EVERY
+        for _ in range(3):
+            if k < 0:
+                break
+            try:
+                body = self.src.own_files().read_json(f"window/{k}.json")
+            except (FileNotFoundError, ValueError):
+                k -= INDEX_EVERY
+                continue
+            for name, n, f in body.get("files", []):
+                self.facts[name] = tuple(f)
+                self.entry_of[name] = int(n)
+            self.upto = k
+            return k + 1
+        # no index: the entries back from `start` until the window is full
+        n, got = start, []
+        while n >= 0 and sum(len(g) for _, g in got) < self.size:
+            got.append((n, self._facts_of(n)))
+            n -= 1
+        for m, facts in reversed(got):
+            self._fold(m, facts)
+        return start + 1
+
+    def write_index(self, end: int) -> None:
+        """After commits[N] whose entry `end` is a multiple of INDEX_EVERY: the window as of `end`."""
+        if self.size <= 0 or end < 0 or end % INDEX_EVERY:
+            return
+        self.advance(end)
+        if self.upto != end:
+            return
+        files = [[name, self.entry_of[name], list(f)] for name, f in self.facts.items()]
+        try:
+            self.src.own_files().write_bytes(f"window/{end}.json", json.dumps({"files": files}).encode(),
+                                             create_only=True)
+        except FileExistsError:
+            pass
+        stale = end - 4 * INDEX_EVERY
+        if stale >= 0:
+            self.src.own_files().delete(f"window/{stale}.json")
+
+    # -- the check ----------------------------------------------------------------------------
+    def check(self, start: int, last: str | None) -> list[Any] | None:
+        """Check the window at a plan from entry `start` (module doc). Returns the listing of the
+        names after `last` it made (the plan's new files), or None when it listed nothing."""
+        self.advance(start)
+        if not self.facts:
+            return None
+        src = self.src
+        oldest = next(iter(self.facts))
+        listed = src.root().list("", start_after=_just_before(oldest))
+        now = {o.name: ((o.size, o.mtime_ms) if src.root().is_local else (o.size, o.etag)) for o in listed}
+        for name, was in list(self.facts.items()):
+            got = now.get(name)
+            if got is None or got == was or self.reported.get(name) == got:
+                continue
+            if got[0] == was[0] and src.root().is_local:
+                self.facts[name] = got          # touched: same size (logged once, not a change)
+                log.info("%s", src.fail(f"file {src.display(name)} has a new modification time but its size is "
+                                         "unchanged since it was read; assuming the same content"))
+                continue
+            self._changed(name, was, got, start)
+        from .file_listing import name_matches
+        return [o for o in listed if (last is None or o.name > last) and name_matches(o.name, src.pattern)]
+
+    def _changed(self, name: str, was: tuple, got: tuple, start: int) -> None:
+        src = self.src
+        what = (f"size {was[0]} -> {got[0]} bytes" if got[0] != was[0] else "rewritten in place: same size, new etag")
+        n = self.entry_of.get(name, start)
+        when = ("the previous batch read it" if n == start else
+                f"the batch of seen-files entry {n} read it ({start - n} batches before the previous one)")
+        msg = (f"file {src.display(name)} changed after {when} ({what}): the "
+               "rows written to it since were not read and never will be (each file is read once). Files must be "
+               "complete when they land: write each file elsewhere (or under a name starting with '.' or '_', which "
+               "the source ignores) and rename it into place (or upload it in one put) when it is complete.")
+        if src.fail_on_data_loss:
+            raise DataLossError(src.fail(msg + " Put the new rows in a new file and restore this one, or set "
+                                                "fail_on_data_loss=False to go on without them (logged and reported)."))
+        log.warning("%s", src.fail(msg + " Going on (fail_on_data_loss=False)."))
+        self.reported[name] = got
+        self.facts[name] = got
+        self.pending.append(src.display(name))
+
+    def accepted(self, name: str, facts: tuple) -> bool:
+        """Was this change of `name` already reported (the read step's check then skips it)?"""
+        return self.reported.get(name) == tuple(facts)
+
+    def take_pending(self) -> list[str]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def _just_before(name: str) -> str | None:
+    """A key that sorts right before `name` (listing after it includes `name`), or None."""
+    if not name:
+        return None
+    last = name[-1]
+    return name[:-1] + chr(ord(last) - 1) if ord(last) > 0 else name[:-1] or None
