@@ -9,8 +9,10 @@ an idle trigger), so a change seen after several later batches, or to the only f
     window = facts (size, mtime ms | size, etag) of the last W files read, as their entries
              recorded them (amended by sources/<i>/<n>.read.json where a read found a file
              changed since listed), kept in memory and extended by each new entry
-    one listing from just before the window's oldest name (S3: StartAfter) -> the facts now;
-             the plan reuses the part after the last name read as its listing of new files
+    the facts now: on an object store one listing from just before the window's oldest name
+             (StartAfter; the plan reuses its part after the last name read as its listing of
+             new files), on the local disk a stat of each file of the window by name (what a
+             listing would cost there, without walking the rest of the directory)
     a file whose size (or, on an object store, etag) differs -> DataLossError naming the file and
              the batch that read it; with fail_on_data_loss=False a warning, once per change, the
              file counted in the next batch's read metrics (changed_files), and its new facts the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -125,9 +128,13 @@ class ReadFilesWindow:
         if not self.facts:
             return None
         src = self.src
-        oldest = next(iter(self.facts))
-        listed = src.root().list("", start_after=_just_before(oldest))
-        now = {o.name: ((o.size, o.mtime_ms) if src.root().is_local else (o.size, o.etag)) for o in listed}
+        root = src.root()
+        if root.local_path("") is not None:     # local: a stat of each file of the window, by name
+            listed = None
+            now = _stat_all(root.local_path(""), self.facts)
+        else:                                   # an object store: one listing from the oldest name
+            listed = root.list("", start_after=_just_before(next(iter(self.facts))))
+            now = {o.name: (o.size, o.etag) for o in listed}
         for name, was in list(self.facts.items()):
             got = now.get(name)
             if got is None or got == was or self.reported.get(name) == got:
@@ -138,6 +145,8 @@ class ReadFilesWindow:
                                          "unchanged since it was read; assuming the same content"))
                 continue
             self._changed(name, was, got, start)
+        if listed is None:
+            return None                         # the plan lists the names after the last one itself
         from .file_listing import name_matches
         return [o for o in listed if (last is None or o.name > last) and name_matches(o.name, src.pattern)]
 
@@ -166,6 +175,20 @@ class ReadFilesWindow:
     def take_pending(self) -> list[str]:
         out, self.pending = self.pending, []
         return out
+
+
+def _stat_all(base: str, names: Any) -> dict[str, tuple]:
+    """(size, mtime ms) of each name under the local directory `base` (a gone file is left out)."""
+    out: dict[str, tuple] = {}
+    stat, sep = os.stat, os.sep
+    prefix = base.rstrip(sep) + sep
+    for name in names:
+        try:
+            st = stat(prefix + name)
+        except OSError:
+            continue
+        out[name] = (st.st_size, st.st_mtime_ns // 1_000_000)
+    return out
 
 
 def _just_before(name: str) -> str | None:
