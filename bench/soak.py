@@ -235,6 +235,7 @@ def main() -> None:
     broker = bootstrap = topic = None
     if args.source == "kafka":
         from broker import create_topic, start_tansu
+        os.makedirs(os.path.join(work, "tansu"), exist_ok=True)
         broker, bootstrap = start_tansu(os.path.join(work, "tansu"))
         topic = create_topic(bootstrap, "soak")
     if args.tracemalloc:

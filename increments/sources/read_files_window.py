@@ -3,16 +3,19 @@
 Each file is read once (the name-order rule), so a file that grows or is rewritten after its batch
 read it holds rows no batch will ever read. The read step checks the files of the batch before
 (sources/file_changes.py); this module checks the last `changed_files_window` files read (default
-10,000; 0: only the previous batch's), at every plan, also when no new file arrived (the plan of
+10,000; 0: only the previous batch's) at every plan, also when no new file arrived (the plan of
 an idle trigger), so a change seen after several later batches, or to the only file, is caught:
 
     window = facts (size, mtime ms | size, etag) of the last W files read, as their entries
              recorded them (amended by sources/<i>/<n>.read.json where a read found a file
              changed since listed), kept in memory and extended by each new entry
-    the facts now: on an object store one listing from just before the window's oldest name
-             (StartAfter; the plan reuses its part after the last name read as its listing of
-             new files), on the local disk a stat of each file of the window by name (what a
-             listing would cost there, without walking the rest of the directory)
+    checked at each plan: the last RECENT (1,000) files read, and a slice of SLICE (1,000) of the
+             older files of the window that moves on at each plan, so every file of the window
+             is checked at least once every ceil((W - 1,000) / 1,000) plans (9 at the default
+             window) at a fixed cost per plan, whatever W: on an object store one listing from
+             just before the recent files (StartAfter; the plan reuses its part after the last
+             name read as its listing of new files) and one page of 1,000 keys at the slice,
+             on the local disk a stat of each file checked, by name
     a file whose size (or, on an object store, etag) differs -> DataLossError naming the file and
              the batch that read it; with fail_on_data_loss=False a warning, once per change, the
              file counted in the next batch's read metrics (changed_files), and its new facts the
@@ -36,6 +39,10 @@ from ..errors import DataLossError
 
 log = logging.getLogger("increments.sources.files")
 DEFAULT_WINDOW = 10_000
+#: the most recently read files, checked at every plan
+RECENT = 1000
+#: ...and this many of the older files of the window, a slice that moves on at each plan
+SLICE = 1000
 #: a window index every this many entries (a fresh process reads at most this many entries more)
 INDEX_EVERY = 32
 
@@ -50,6 +57,7 @@ class ReadFilesWindow:
         self.upto: int | None = None            # the last entry folded in
         self.reported: dict[str, tuple] = {}    # name -> facts warned about (fail_on_data_loss=False)
         self.pending: list[str] = []            # changed files for the next batch's read metrics
+        self.cursor = 0                         # where among the older files the next plan's slice starts
 
     # -- the window ---------------------------------------------------------------------------
     def _facts_of(self, n: int) -> dict[str, tuple]:
@@ -129,13 +137,28 @@ class ReadFilesWindow:
             return None
         src = self.src
         root = src.root()
-        if root.local_path("") is not None:     # local: a stat of each file of the window, by name
+        names = list(self.facts)
+        recent, older = names[-RECENT:], names[:-RECENT]
+        part: list[str] = []
+        if older:
+            c = self.cursor % len(older)
+            part = older[c:c + SLICE]
+        if root.local_path("") is not None:     # local: a stat of each file checked, by name
             listed = None
-            now = _stat_all(root.local_path(""), self.facts)
-        else:                                   # an object store: one listing from the oldest name
-            listed = root.list("", start_after=_just_before(next(iter(self.facts))))
+            now = _stat_all(root.local_path(""), part + recent)
+            self.cursor = (self.cursor % max(1, len(older))) + len(part)
+        else:                                   # an object store: one listing from the recent files on,
+            listed = root.list("", start_after=_just_before(recent[0]))         # new files included
             now = {o.name: (o.size, o.etag) for o in listed}
-        for name, was in list(self.facts.items()):
+            if part:                            # and one page at the rotating position among the older
+                page = root.list("", start_after=_just_before(part[0]), limit=len(part))
+                now.update({o.name: (o.size, o.etag) for o in page})
+                seen = page[-1].name if page else part[0]
+                done = [n for n in part if n <= seen]
+                part = done
+                self.cursor = (self.cursor % max(1, len(older))) + max(1, len(done))
+        for name in part + recent:
+            was = self.facts.get(name)
             got = now.get(name)
             if got is None or got == was or self.reported.get(name) == got:
                 continue

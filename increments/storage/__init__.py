@@ -109,9 +109,10 @@ class Location:
     def head(self, name: str) -> ObjectInfo | None:
         raise NotImplementedError
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None) -> list[ObjectInfo]:
         """Every object under `prefix` (a '/'-ended directory name or '' for all), recursively,
-        in name order; with `start_after`, only names > it. Names are relative to this location."""
+        in name order; with `start_after`, only names > it; with `limit`, at least the first `limit`
+        of them (a store may return its whole last page). Names are relative to this location."""
         raise NotImplementedError
 
     def list_dir(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:

@@ -95,8 +95,8 @@ def list_calls(monkeypatch):
     calls = []
     real = RemoteLocation.list
 
-    def spy(self, prefix="", *, start_after=None):
-        out = real(self, prefix, start_after=start_after)
+    def spy(self, prefix="", *, start_after=None, limit=None):
+        out = real(self, prefix, start_after=start_after, limit=limit)
         calls.append((start_after, [o.name for o in out]))
         return out
     monkeypatch.setattr(RemoteLocation, "list", spy)
@@ -121,12 +121,17 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     assert src.latest_offset(1) == 1
     assert list_calls == [("f99999.json", [])]
     assert src.backlog(0) == {"files_pending": 2} and src.backlog(1) == {"files_pending": 0}
-    # with the check of the files read (the default window): still one listing per plan, from the
-    # window's oldest file, which also serves as the listing of new files
+    # with the check of the files read (the default window): two listings a plan whatever the
+    # window: from the last 1,000 files read on (new files included: the plan's listing too), and
+    # one page of 1,000 at the slice of older files that moves on at each plan
     win = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
     list_calls.clear()
     assert win.latest_offset(1) == 1
-    assert len(list_calls) == 1 and list_calls[0][1][0] == "f00000.json" and len(list_calls[0][1]) == 2102
+    assert [(c[1][0], c[1][-1], len(c[1])) for c in list_calls] == [
+        ("f01102.json", "f99999.json", 1000), ("f00000.json", "f00999.json", 1000)]
+    list_calls.clear()
+    assert win.latest_offset(1) == 1
+    assert [c[1][0] for c in list_calls] == ["f01102.json", "f01000.json"]
 
 
 def test_many_local_files_list_only_the_new_ones(tmp_path):
