@@ -35,7 +35,9 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import DataLossError
+from .file_changes import _as_read, _listed, report_change
+from .file_listing import name_matches
+
 
 log = logging.getLogger("increments.sources.files")
 DEFAULT_WINDOW = 10_000
@@ -61,7 +63,6 @@ class ReadFilesWindow:
 
     # -- the window ---------------------------------------------------------------------------
     def _facts_of(self, n: int) -> dict[str, tuple]:
-        from .file_changes import _as_read, _listed
         got = _listed(self.src, n)
         got.update({k: v for k, v in _as_read(self.src, n).items() if k in got})
         return got
@@ -162,34 +163,16 @@ class ReadFilesWindow:
             got = now.get(name)
             if got is None or got == was or self.reported.get(name) == got:
                 continue
-            if got[0] == was[0] and src.root().is_local:
-                self.facts[name] = got          # touched: same size (logged once, not a change)
-                log.info("%s", src.fail(f"file {src.display(name)} has a new modification time but its size is "
-                                         "unchanged since it was read; assuming the same content"))
-                continue
-            self._changed(name, was, got, start)
+            n = self.entry_of.get(name, start)
+            when = ("the previous batch read it" if n == start else
+                    f"the batch of seen-files entry {n} read it ({start - n} batches before the previous one)")
+            if report_change(src, name, was, got, when):       # raises unless fail_on_data_loss=False
+                self.reported[name] = got
+                self.pending.append(src.display(name))
+            self.facts[name] = got              # the baseline from now on (also a file only touched)
         if listed is None:
             return None                         # the plan lists the names after the last one itself
-        from .file_listing import name_matches
         return [o for o in listed if (last is None or o.name > last) and name_matches(o.name, src.pattern)]
-
-    def _changed(self, name: str, was: tuple, got: tuple, start: int) -> None:
-        src = self.src
-        what = (f"size {was[0]} -> {got[0]} bytes" if got[0] != was[0] else "rewritten in place: same size, new etag")
-        n = self.entry_of.get(name, start)
-        when = ("the previous batch read it" if n == start else
-                f"the batch of seen-files entry {n} read it ({start - n} batches before the previous one)")
-        msg = (f"file {src.display(name)} changed after {when} ({what}): the "
-               "rows written to it since were not read and never will be (each file is read once). Files must be "
-               "complete when they land: write each file elsewhere (or under a name starting with '.' or '_', which "
-               "the source ignores) and rename it into place (or upload it in one put) when it is complete.")
-        if src.fail_on_data_loss:
-            raise DataLossError(src.fail(msg + " Put the new rows in a new file and restore this one, or set "
-                                                "fail_on_data_loss=False to go on without them (logged and reported)."))
-        log.warning("%s", src.fail(msg + " Going on (fail_on_data_loss=False)."))
-        self.reported[name] = got
-        self.facts[name] = got
-        self.pending.append(src.display(name))
 
     def accepted(self, name: str, facts: tuple) -> bool:
         """Was this change of `name` already reported (the read step's check then skips it)?"""
