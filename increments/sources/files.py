@@ -76,7 +76,8 @@ MULTI_FILE_SCAN_MIN = 8
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
-                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None, "_window": None}
+                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None, "_window": None,
+                  "_subfolders_checked": False}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
@@ -99,6 +100,7 @@ class FileSource(Source):
                              "previous batch's files)")
         self.changed_files_window = changed_files_window
         self._window: ReadFilesWindow | None = None
+        self._subfolders_checked = False
         self.path = path
         self.root_url, self.pattern = split_glob(path)
         self.storage_options = dict(storage_options or {})
@@ -168,16 +170,16 @@ class FileSource(Source):
         local = root.local_path("")
         if local is not None:
             is_file = os.path.isfile(local)
-        else:
-            files, dirs = root.list_dir("")
-            is_file = not files and not dirs and storage.location(parent_url, self.options()).head(base) is not None
+        else:                   # one HEAD (an object of that name), not a listing of the prefix
+            is_file = storage.location(parent_url, self.options()).head(base) is not None
         if is_file:
             self.root_url, self.pattern, self._root = parent_url or "/", _glob_escape(base), None
-            return True
-        self._warn_subfolders_only()
-        return False
+        return is_file
 
     def _warn_subfolders_only(self) -> None:
+        """Called by the first plan that finds no file to read (never a listing at start: a large
+        directory would pay it at every start)."""
+        self._subfolders_checked = True
         try:
             files, dirs = self.root().list_dir("")
         except (OSError, storage.StorageError):
@@ -278,6 +280,8 @@ class FileSource(Source):
             new = listed[:m]
             upcoming = within_bytes(listed[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
         if not new:
+            if start < 0 and self.pattern is None and not self._subfolders_checked:
+                self._warn_subfolders_only()
             return start
         entry = self._entry_written_ahead(start + 1, new)
         if entry is None:

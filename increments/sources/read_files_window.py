@@ -95,12 +95,12 @@ class ReadFilesWindow:
                 break
             try:
                 body = self.src.own_files().read_json(f"window/{k}.json")
-            except (FileNotFoundError, ValueError):
+            except (FileNotFoundError, ValueError, KeyError):
                 k -= INDEX_EVERY
                 continue
-            for name, n, f in body.get("files", []):
-                self.facts[name] = tuple(f)
-                self.entry_of[name] = int(n)
+            names = body["names"]
+            self.facts = OrderedDict(zip(names, zip(body["f0"], body["f1"])))
+            self.entry_of = dict(zip(names, body["entries"]))
             self.upto = k
             return k + 1
         # no index: the entries back from `start` until the window is full
@@ -119,10 +119,11 @@ class ReadFilesWindow:
         self.advance(end)
         if self.upto != end:
             return
-        files = [[name, self.entry_of[name], list(f)] for name, f in self.facts.items()]
+        names = list(self.facts)       # columns: a fresh process parses and zips them back fast
+        body = {"names": names, "entries": [self.entry_of[n] for n in names],
+                "f0": [f[0] for f in self.facts.values()], "f1": [f[1] for f in self.facts.values()]}
         try:
-            self.src.own_files().write_bytes(f"window/{end}.json", json.dumps({"files": files}).encode(),
-                                             create_only=True)
+            self.src.own_files().write_bytes(f"window/{end}.json", json.dumps(body).encode(), create_only=True)
         except FileExistsError:
             pass
         stale = end - 4 * INDEX_EVERY
