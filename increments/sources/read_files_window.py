@@ -114,7 +114,7 @@ class ReadFilesWindow:
 
     def write_index(self, end: int) -> None:
         """After commits[N] whose entry `end` is a multiple of INDEX_EVERY: the window as of `end`."""
-        if self.size <= 0 or end < 0 or end % INDEX_EVERY:
+        if self.size <= 0 or end <= 0 or end % INDEX_EVERY:
             return
         self.advance(end)
         if self.upto != end:
