@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from . import functions, storage
 from .api.reader import DataFrameReader, DataStreamReader
-from .errors import (AnalysisException, ConcurrentRunError, DataLossError, IncompatibleCheckpointError,
-                     IncrementsError, MalformedInputError, StreamingQueryException)
+from .errors import (AnalysisException, ConcurrentRunError, DataLossError, ExpectationFailed,
+                     IncompatibleCheckpointError, IncrementsError, MalformedInputError, StreamingQueryException)
 from .execution.listeners import StreamingQueryListener, StreamingQueryManager
 from .sinks import dead_letter
 from .sinks.memory import memory_batches, memory_table
@@ -70,6 +70,7 @@ def _state_tokens(checkpoint, operator: str, version: int | None, log_url: str |
 
 __all__ = ["functions", "read_stream", "read", "streams", "read_state", "state_view", "memory_table",
            "memory_batches", "StreamingQueryListener", "AnalysisException", "ConcurrentRunError", "DataLossError",
+           "ExpectationFailed",
            "IncompatibleCheckpointError", "IncrementsError", "MalformedInputError", "StreamingQueryException"]
 from .stateful_processor import (ExpiredTimerInfo, ListState, MapState, StatefulProcessor,  # noqa: E402
                                  StatefulProcessorHandle, TimerValues, ValueState)

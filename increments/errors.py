@@ -39,6 +39,17 @@ class CheckpointAccessError(IncrementsError, OSError):
     """The checkpoint location cannot be read or written (the path and the OS's reason named)."""
 
 
+class ExpectationFailed(IncrementsError):
+    """An expectation declared with on_violation="fail" found failing rows: the batch is not committed.
+    Attributes: expectation, condition, batch_id, passed, failed, sample (up to 5 failing rows)."""
+
+    def __init__(self, message: str, *, expectation: str, condition: str, batch_id: int, passed: int, failed: int,
+                 sample: list):
+        super().__init__(message)
+        self.expectation, self.condition, self.batch_id = expectation, condition, batch_id
+        self.passed, self.failed, self.sample = passed, failed, sample
+
+
 class StreamingQueryException(IncrementsError):
     """A running query stopped because a batch failed; `cause` is the original error."""
 

@@ -78,3 +78,60 @@ def jsonl_writer(out_dir: str, row: Callable[[dict], Any] = lambda r: r) -> Call
     """One JSON line per output row (row(r), non-JSON values as str) in <out_dir>/<batch id>.jsonl."""
     return batch_file_writer(
         out_dir, lambda t: "".join(json.dumps(row(r), default=str) + "\n" for r in t.to_pylist()), ".jsonl")
+
+
+class _WriteOf(inc.StreamingQueryListener):
+    """Remembers the batch whose write step comes next (the one whose process step just finished)."""
+    batch: int | None = None
+
+    def on_batch_step(self, query_name: str, batch_id: int, step: str) -> None:
+        if step == "process":
+            _WriteOf.batch = batch_id
+
+
+def kafka_crash_at(batch: int, point: str) -> None:
+    """SIGKILL inside the Kafka sink's transaction of batch `batch` (sinks/kafka/sink.py), by
+    wrapping confluent_kafka.Producer before the sink makes its producer. `point`:
+      first_record    right after the batch's first record was handed to the producer
+      before_commit   every record acknowledged by the broker and the marker offsets sent, before
+                      commit_transaction (an open transaction holding the whole batch)
+      in_commit:<ms>  <ms> milliseconds after commit_transaction began (EndTxn may or may not have
+                      reached the broker: either outcome must give the output once)
+      after_commit    right after commit_transaction returned (the batch is in Kafka, commits[N] is not)
+    """
+    import threading
+    import time
+
+    import confluent_kafka
+    inc.streams.add_listener(_WriteOf())
+    kill = lambda: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
+    base = confluent_kafka.Producer
+
+    def armed() -> bool:
+        return _WriteOf.batch == batch
+
+    class CrashingProducer(base):
+        def produce(self, *args, **kw):
+            out = super().produce(*args, **kw)
+            if point == "first_record" and armed():
+                kill()
+            return out
+
+        def send_offsets_to_transaction(self, *args, **kw):
+            out = super().send_offsets_to_transaction(*args, **kw)
+            if point == "before_commit" and armed():
+                self.flush(30)
+                kill()
+            return out
+
+        def commit_transaction(self, *args, **kw):
+            if point.startswith("in_commit") and armed():
+                delay = float(point.split(":")[1]) / 1000 if ":" in point else 0.0
+                threading.Thread(target=lambda: (time.sleep(delay), kill()), daemon=True).start()
+            out = super().commit_transaction(*args, **kw)
+            if point.startswith("in_commit") and armed():
+                time.sleep(5)           # the commit returned before the kill: wait for it
+            if point == "after_commit" and armed():
+                kill()
+            return out
+    confluent_kafka.Producer = CrashingProducer

@@ -61,6 +61,30 @@ class StreamFrame:
 
     withWatermark = with_watermark
 
+    def expect(self, name: str, condition: str, on_violation: str = "warn", quarantine: Any = None) -> "StreamFrame":
+        """A data-quality expectation on the rows here (operators/expectations.py): per batch the rows
+        passing `condition` (TRUE) and failing it (FALSE or NULL) are counted in progress
+        ["expectations"]; on_violation "warn" keeps them, "drop" removes failing rows (to
+        `quarantine=inc.dead_letter.delta(path)` if given), "fail" fails the batch uncommitted."""
+        return self.expect_all({name: condition}, on_violation, quarantine)
+
+    def expect_all(self, expectations: dict[str, str], on_violation: str = "warn",
+                   quarantine: Any = None) -> "StreamFrame":
+        """Several expectations ({name: condition}) with one action, judged on the same rows."""
+        if not isinstance(expectations, dict) or not expectations:
+            raise TypeError("expect_all: pass a non-empty dict {name: SQL condition}")
+        for k, v in expectations.items():
+            if not isinstance(k, str) or not k.strip() or not isinstance(v, str) or not v.strip():
+                raise TypeError(f"expect: name {k!r} and condition {v!r} must be non-empty strings")
+        how = str(on_violation).lower()
+        return StreamFrame(n.Expect(self._node, tuple((k, v, how) for k, v in expectations.items()), quarantine))
+
+    def expect_or_drop(self, name: str, condition: str, quarantine: Any = None) -> "StreamFrame":
+        return self.expect(name, condition, "drop", quarantine)
+
+    def expect_or_fail(self, name: str, condition: str) -> "StreamFrame":
+        return self.expect(name, condition, "fail")
+
     def alias(self, name: str) -> "StreamFrame":
         return StreamFrame(n.Alias(self._node, name))
 

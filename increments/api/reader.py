@@ -66,11 +66,31 @@ class DataStreamReader:
         return StreamFrame(n.SourceNode(_auto(src, "offsets", "max_offsets_per_trigger") if auto else src))
 
     def delta(self, path: str, max_files_per_trigger: int | None = None,
-              storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
-        from ..sources.delta import DeltaSource
+              storage_options: dict[str, Any] | None = None, read_change_feed: bool = False,
+              starting_version: int | str | None = None, **options: Any) -> StreamFrame:
+        """The rows appended to a Delta table; with read_change_feed=True its change data feed
+        (sources/delta_changes.py: _change_type, _commit_version, _commit_timestamp; options
+        starting_version, max_bytes_per_trigger, fail_on_data_loss)."""
         auto = _is_auto(max_files_per_trigger)
-        src = DeltaSource(path, max_files_per_trigger=None if auto else max_files_per_trigger,
-                          storage_options=storage_options, **options)
+        if read_change_feed:
+            from ..sources.delta_changes import DeltaChangeFeedSource
+            src = DeltaChangeFeedSource(path, starting_version, None if auto else max_files_per_trigger,
+                                        storage_options=storage_options, **options)
+        else:
+            if starting_version is not None:
+                raise ValueError("read_stream.delta: starting_version needs read_change_feed=True (the append "
+                                 "stream starts with the table's first version)")
+            from ..sources.delta import DeltaSource
+            src = DeltaSource(path, max_files_per_trigger=None if auto else max_files_per_trigger,
+                              storage_options=storage_options, **options)
+        return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
+
+    def iceberg(self, table: str, catalog: dict[str, Any] | None = None, max_files_per_trigger: int | None = None,
+                **options: Any) -> StreamFrame:
+        """The rows appended to an Iceberg table, snapshot by snapshot (sources/iceberg.py)."""
+        from ..sources.iceberg import IcebergSource
+        auto = _is_auto(max_files_per_trigger)
+        src = IcebergSource(table, catalog, max_files_per_trigger=None if auto else max_files_per_trigger, **options)
         return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
 
     def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
@@ -99,6 +119,20 @@ class DataFrameReader:
             from deltalake import DeltaTable
             return pa.schema(DeltaTable(path, storage_options=opts).schema().to_arrow())
         return StaticTable(f"delta[{storage.redact_url(path)}]", load, schema)
+
+    def iceberg(self, table: str, catalog: dict[str, Any] | None = None,
+                storage_options: dict[str, Any] | None = None) -> StaticTable:
+        """The Iceberg table `table` ("namespace.table") of `catalog`, re-read at its current
+        snapshot every batch (the snapshot id is the static side's version)."""
+        from ..sources.iceberg import load_table, static_rows
+
+        def load():
+            return static_rows(load_table(table, catalog, storage_options, f"read.iceberg({table!r})"))
+
+        def schema():
+            from ..sinks.iceberg_table import arrow_schema
+            return arrow_schema(load_table(table, catalog, storage_options, f"read.iceberg({table!r})"))
+        return StaticTable(f"iceberg[{table}]", load, schema)
 
     def files(self, path: str, format: str = "parquet", schema: Any = None,
               storage_options: dict[str, Any] | None = None, **options: Any) -> StaticTable:

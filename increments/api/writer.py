@@ -92,6 +92,22 @@ class DataStreamWriter:
 
     foreachBatch = foreach_batch
 
+    def apply_changes(self, keys: Any, sequence_by: Any, apply_as_deletes: str | None = None,
+                      except_columns: Any = None, stored_as_scd_type: int = 1, **options: Any) -> "DataStreamWriter":
+        """AUTO CDC (Databricks' APPLY CHANGES): the query's rows are change events applied to the
+        format('delta') or format('postgres') table by `keys`, ordered by `sequence_by`, deleting
+        where `apply_as_deletes` holds; SCD type 1 keeps the latest row per key, type 2 its history
+        with __start_at / __end_at. Also: columns, track_history_columns,
+        track_history_except_columns, tombstone_retention ("2 days"); Databricks' *_column_list
+        names are accepted. Semantics: operators/apply_changes.py."""
+        from ..operators.apply_changes import ApplyChangesSpec
+        w = self._copy()
+        w._s.apply_changes = ApplyChangesSpec.make(keys, sequence_by, apply_as_deletes, except_columns,
+                                                   stored_as_scd_type, **options)
+        return w
+
+    applyChanges = apply_changes
+
     def sink(self, sink: Any) -> "DataStreamWriter":
         """Write to a Sink instance (sinks.base.Sink) instead of a named format."""
         w = self._copy()

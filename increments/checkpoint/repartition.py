@@ -10,7 +10,7 @@ partitions (Spark cannot: its shuffle partitions are fixed by the checkpoint).
         read every partition at (V, its token)
         re-hash every key into 0..N-1 with the operator's own key -> partition function
             (operators/partitioning.partition_sql over the key columns the operator hashes; the
-            stream-stream join hashes the key text its chunks carry in __k)
+            stream-stream join hashes the key text its chunks carry in __k; apply_changes its keys)
         write each new partition as a snapshot of version V under a fresh token (state/rescale.py;
             create-only: the old files stay, and stay authoritative until the next step)
     commits[V]: state_tokens := the new tokens; extra["repartition"] = {from, to, at_ms,
@@ -216,8 +216,14 @@ def _partitioner(store: str, name: str, schema: dict[str, Any], suffix: str) -> 
                           and isinstance(first[0], int))
             return plain(keys, n, 0, fields, time_first=bool(time_first))
         return dedup
+    if name == "applyChanges":      # (*keys[, *sequence]); tombstones (created ms, *keys[, *sequence])
+        nkeys = int(schema.get("num_keys") or len(fields))
+
+        def cdc(keys: list[bytes], n: int) -> list[int]:
+            return plain(keys, n, 1 if suffix == "tombstones" else 0, fields[:nkeys])
+        return cdc
     raise AnalysisException(f"increments repartition: operator {name} is not supported yet (aggregations, "
-                            "deduplications and stream-stream joins are); its state was not changed")
+                            "deduplications, stream-stream joins and apply_changes are); its state was not changed")
 
 
 def _join_parts(rows: list[tuple[bytes, bytes]], n: int) -> list[tuple[list, list]]:

@@ -2,7 +2,8 @@
 Dagster's multiprocess, Kubernetes or Celery executors). No dagster import here.
 
 A batch of a plan with exactly one stateful operator S (an aggregation without sliding or session
-windows, or a deduplication), with only single-input stateless operators above it, runs as:
+windows, a deduplication, or apply_changes), with only single-input stateless operators above it,
+runs as:
 
     split (after read):   the stateless subtree below S over the staged inputs -> S's input rows;
                           each row's state partition p = S's key -> partition function
@@ -39,13 +40,14 @@ import pyarrow as pa
 from state.base import StateMetrics
 
 from ..operators.aggregate import WindowAggregateOp
+from ..operators.apply_changes import ApplyChangesOp
 from ..operators.base import BatchContext, PhysicalOp
 from ..operators.dedup import DeduplicateOp
 from ..operators.partitioning import partition_sql, split_by_partition
 from ..sql import quote_ident, run_sql
 from .state_manager import StateManager
 from .step_results import BatchMetrics, PartitionResult, ProcessResult, SplitResult
-from .steps import _base_tokens, _state_progress, check_owner
+from .steps import _base_tokens, _state_progress, check_owner, expectations_report
 
 
 def stateful_op(plan: Any) -> PhysicalOp | None:
@@ -63,7 +65,7 @@ def fanout_reason(plan: Any) -> str | None:
     if isinstance(s, WindowAggregateOp):
         if s.window is not None and s.window.size_ms != s.window.slide_ms:
             return "a sliding window puts one input row into several state partitions"
-    elif not isinstance(s, DeduplicateOp):
+    elif not isinstance(s, (DeduplicateOp, ApplyChangesOp)):
         return f"{s.operator_name or type(s).__name__}: its input rows cannot be routed to one partition up front"
     node = plan.root
     while node is not s:                       # above S: a chain of single-input operators
@@ -102,6 +104,8 @@ def _partition_sql(s: PhysicalOp, n: int) -> tuple[str, str]:
         ws = f"({t} - ((({t} - {off}) % {slide}) + {slide}) % {slide})"   # as WindowAggregateOp._partials
         cols = ", ".join(dict.fromkeys(keys))
         return partition_sql(["__ws"] + keys, n), f"(SELECT {cols + ', ' if cols else ''}{ws} AS __ws FROM __in)"
+    if isinstance(s, ApplyChangesOp):                      # as ApplyChangesOp._events hashes its keys
+        return partition_sql([quote_ident(k) for k in s.keys], n), "__in"
     keys = ([quote_ident(s.event_col)] if s.time_in_key else []) + [quote_ident(c) for c in s.key_cols]   # DeduplicateOp
     return partition_sql(keys, n), "__in"
 
@@ -316,7 +320,7 @@ def join_partitions(rt: Any, plan: Any) -> ProcessResult:
                                          if parts[0].state_operators else []),
         warnings=merged.warnings, dead_letters=merged.dead_letters, static_versions=merged.static_versions,
         process_ms=split.split_ms + max(p.process_ms for p in parts),
-        partitions=[p.summary() for p in parts])
+        partitions=[p.summary() for p in parts], expectations=expectations_report(rt, merged.expectations))
     rt.staging.put_json(e.batch_id, ProcessResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "process")
     return info

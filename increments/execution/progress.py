@@ -64,4 +64,5 @@ def build_progress(rt: QueryRuntime, plan: BatchPlan, entry: CommitEntry, read: 
         "watermark_ms": e.watermark_ms, "next_watermark_ms": entry.next_watermark_ms,
         "redo": plan.redo, "attempt": e.attempt,
         "dead_letters": proc.dead_letters, "warnings": entry.extra["warnings"],
+        "expectations": proc.expectations,
     }

@@ -42,6 +42,7 @@ class WriterSettings:
     foreach_batch: Callable[[pa.Table, int], Any] | None = None
     path: str | None = None
     sink: Sink | None = None
+    apply_changes: Any = None           # operators.apply_changes.ApplyChangesSpec (write_stream.apply_changes)
 
 
 @dataclass
@@ -149,7 +150,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
 
     def sink_context(query_id: str) -> SinkContext:
         return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
-                           storage_options=storage_options, locate=locate)
+                           storage_options=storage_options, locate=locate, log_url=log_url)
 
     def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json or the log was lost
         sink.open(sink_context(query_id))
@@ -189,7 +190,14 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     opts = settings.options
     # the sources get the query's storage_options before the plan is compiled: compiling asks a
     # Delta source (or a Parquet file source without a schema) for its schema, on the store
-    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(frame.node, storage_options))
+    node = frame.node
+    if settings.apply_changes is not None:     # AUTO CDC: the sequencing operator at the root
+        from ..plan import nodes as n
+        if settings.output_mode != "append":
+            raise AnalysisException(f"apply_changes: output_mode {settings.output_mode!r}; the changes it applies are "
+                                    "the rows the query appends (use the default, append)")
+        node = n.ApplyChanges(node, settings.apply_changes)
+    plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(node, storage_options))
     provider = str(opts.get("state_store", "rocksdb")).lower()
     if provider not in ("rocksdb", "memory"):
         raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
@@ -203,6 +211,9 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "
                                 f"{settings.output_mode!r}")
+    check = getattr(sink, "check_output_schema", None)    # a .sink(...) object may predate the hook
+    if check is not None:
+        check(plan.output_schema)
     conf["plan"] = plan_fingerprint(plan, sink)
     columns = [op.column for op in plan.root.walk() if type(op).__name__ == "WatermarkOp"]
     if columns:     # the event-time columns of with_watermark (a new key: older checkpoints record it)

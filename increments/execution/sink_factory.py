@@ -9,6 +9,8 @@ from ..errors import AnalysisException
 def make_sink(settings: Any):
     fmt = (settings.format or "").lower()
     opts = settings.options
+    if settings.apply_changes is not None:
+        return _auto_cdc_sink(settings, fmt, opts)
     if settings.foreach_batch is not None:
         from ..sinks.foreach_batch import ForeachBatchSink
         return ForeachBatchSink(settings.foreach_batch)
@@ -28,5 +30,24 @@ def make_sink(settings: Any):
     if fmt in ("postgres", "postgresql"):
         from ..sinks.postgres import PostgresSink
         return PostgresSink(opts)
-    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, parquet, postgres, memory, console "
-                            "or foreach_batch(fn)")
+    if fmt == "iceberg":
+        from ..sinks.iceberg import IcebergSink
+        return IcebergSink(settings.path or opts.get("path") or opts.get("table"), opts)
+    if fmt == "kafka":
+        from ..sinks.kafka import KafkaSink
+        return KafkaSink(opts)
+    raise AnalysisException(f"unknown sink format {settings.format!r}; use delta, iceberg, parquet, postgres, kafka, memory, "
+                            "console or foreach_batch(fn)")
+
+
+def _auto_cdc_sink(settings: Any, fmt: str, opts: dict):
+    """write_stream.apply_changes(...): the AUTO CDC sinks (Delta, PostgreSQL)."""
+    spec = settings.apply_changes
+    if settings.foreach_batch is not None or settings.sink is not None or fmt not in ("delta", "postgres", "postgresql"):
+        raise AnalysisException(f"apply_changes writes to format('delta') or format('postgres'), not "
+                                f"{'foreach_batch' if settings.foreach_batch else settings.format!r}")
+    if fmt == "delta":
+        from ..sinks.auto_cdc import AutoCdcDeltaSink
+        return AutoCdcDeltaSink(settings.path or opts.get("path"), opts, spec.stored_as_scd_type, list(spec.keys))
+    from ..sinks.auto_cdc_postgres import AutoCdcPostgresSink
+    return AutoCdcPostgresSink(opts, spec.stored_as_scd_type, list(spec.keys))

@@ -102,6 +102,8 @@ class ProcessResult(_Staged):
     # fanned out (join_partitions): per partition its number, num_input_rows, num_output_rows,
     # num_state_rows and process_ms, for the record; None when the step ran in one piece
     partitions: list[dict[str, int]] | None = None
+    # progress["expectations"]: per expectation {name, condition, on_violation, passed, failed}
+    expectations: list[dict[str, Any]] = field(default_factory=list)
 
     NAME = "process"
 
@@ -113,6 +115,8 @@ class ProcessResult(_Staged):
                "process_ms": self.process_ms}
         if self.partitions is not None:
             out["partitions"] = self.partitions
+        if self.expectations:
+            out["expectations"] = self.expectations
         return out
 
     @classmethod
@@ -120,7 +124,7 @@ class ProcessResult(_Staged):
         return cls(d.get("event_time", {}), d.get("state_versions", {}), d.get("state_tokens", {}),
                    d.get("next_timers", {}), d.get("state_operators", []), d.get("warnings", []),
                    d.get("dead_letters", {}), d.get("static_versions", {}), d.get("process_ms", 0),
-                   d.get("partitions"))
+                   d.get("partitions"), d.get("expectations", []))
 
 
 # -- write ------------------------------------------------------------------------------------------
@@ -159,21 +163,27 @@ class BatchMetrics:
     warnings: list[str] = field(default_factory=list)
     dead_letters: dict[str, int] = field(default_factory=dict)
     static_versions: dict[str, Any] = field(default_factory=dict)
+    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)   # BatchContext.expectations
 
     @classmethod
     def of(cls, ctx: BatchContext) -> BatchMetrics:
         return cls({k: vars(v) for k, v in ctx.event_time.items()}, dict(ctx.dropped_by_watermark),
-                   ctx.custom_metrics, list(ctx.warnings), dict(ctx.dead_letters), dict(ctx.static_versions))
+                   ctx.custom_metrics, list(ctx.warnings), dict(ctx.dead_letters), dict(ctx.static_versions),
+                   {k: dict(v) for k, v in ctx.expectations.items()})
 
     def to_json(self) -> dict[str, Any]:
-        return {"event_time": self.event_time, "dropped_by_watermark": self.dropped_by_watermark,
-                "custom_metrics": self.custom_metrics, "warnings": self.warnings,
-                "dead_letters": self.dead_letters, "static_versions": self.static_versions}
+        out = {"event_time": self.event_time, "dropped_by_watermark": self.dropped_by_watermark,
+               "custom_metrics": self.custom_metrics, "warnings": self.warnings,
+               "dead_letters": self.dead_letters, "static_versions": self.static_versions}
+        if self.expectations:
+            out["expectations"] = self.expectations
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BatchMetrics:
         return cls(d.get("event_time", {}), d.get("dropped_by_watermark", {}), d.get("custom_metrics", {}),
-                   d.get("warnings", []), d.get("dead_letters", {}), d.get("static_versions", {}))
+                   d.get("warnings", []), d.get("dead_letters", {}), d.get("static_versions", {}),
+                   d.get("expectations", {}))
 
     @classmethod
     def merged(cls, parts: list[BatchMetrics]) -> BatchMetrics:
@@ -190,6 +200,10 @@ class BatchMetrics:
                     dst[k] = dst.get(k, 0) + int(v)
             out.static_versions.update(m.static_versions)
             out.warnings += [w for w in m.warnings if w not in out.warnings]
+            for name, e in m.expectations.items():        # per expectation: passed and failed summed
+                cur = out.expectations.setdefault(name, {**e, "passed": 0, "failed": 0})
+                cur["passed"] += int(e.get("passed", 0))
+                cur["failed"] += int(e.get("failed", 0))
         out.event_time = {k: vars(v) for k, v in event_time.items()}
         return out
 

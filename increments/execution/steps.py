@@ -37,6 +37,7 @@ import pyarrow as pa
 from ..checkpoint.log import CommitEntry, OffsetsEntry, barrier_message
 from ..errors import ConcurrentRunError
 from ..operators.base import BatchContext
+from ..operators.expectations import declared
 from ..watermark import next_watermarks
 from .runtime import QueryRuntime
 from .step_results import ProcessResult, ReadResult, SourceRead, WriteResult
@@ -250,10 +251,19 @@ def process_batch(rt: QueryRuntime, plan: BatchPlan) -> ProcessResult:
         dead_letters=ctx.dead_letters,
         static_versions=ctx.static_versions,
         process_ms=_ms(t0),
+        expectations=expectations_report(rt, ctx.expectations),
     )
     rt.staging.put_json(e.batch_id, ProcessResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "process")
     return info
+
+
+def expectations_report(rt: QueryRuntime, counted: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every expectation of the plan in declaration order with this batch's counts (zero for one no
+    row reached); the plan's own condition and action, so a report of an earlier attempt cannot
+    disagree with the running query."""
+    return [{**e.report(0, 0), **{k: v for k, v in counted.get(e.name, {}).items() if k in ("passed", "failed")}}
+            for e in declared(rt.plan.root)]
 
 
 def _state_progress(rt: QueryRuntime, op: Any, ctx: BatchContext) -> dict[str, Any]:
@@ -304,7 +314,8 @@ def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[s
         extra={"state_operators": proc.state_operators, "sources": [s.to_json() for s in read.sources],
                "dead_letters": proc.dead_letters, "warnings": warnings,
                "attempt": e.attempt, "run_id": rt.run_id, "static_versions": proc.static_versions,
-               "state_tokens": proc.state_tokens, "next_timers": proc.next_timers})
+               "state_tokens": proc.state_tokens, "next_timers": proc.next_timers,
+               **({"expectations": proc.expectations} if proc.expectations else {})})
     rt.log.write_commit(entry, rt.run_id)
     rt.state.committed = (e.batch_id, entry.extra["state_tokens"])
     entry.durations_ms["commit_offsets"] = _ms(t0)

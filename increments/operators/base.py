@@ -57,6 +57,8 @@ class BatchContext:
     warnings: list[str] = field(default_factory=list)
     dead_letters: dict[str, int] = field(default_factory=dict)
     static_versions: dict[str, Any] = field(default_factory=dict)
+    #: expectation name -> {name, condition, on_violation, passed, failed} (operators/expectations.py)
+    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def stores(self, op: "PhysicalOp") -> list:
         """The op's state stores, one per partition, loaded at version batch_id - 1."""

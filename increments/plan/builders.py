@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..operators.aggregate import build_aggregate
+from ..operators.apply_changes import build_apply_changes
 from ..operators.base import PhysicalOp
 from ..operators.dedup import build_dedup
+from ..operators.expectations import build_expect
 from ..operators.join import build_join
 from ..operators.transform_with_state import build as build_transform_with_state
 from ..operators.union import build_union
@@ -31,7 +33,9 @@ Builder = Callable[[Any, Any], PhysicalOp]
 #: node type -> builder(compiler, node) -> PhysicalOp (exact type: subclasses are not looked up)
 BUILDERS: dict[type, Builder] = {
     n.Aggregate: build_aggregate,
+    n.ApplyChanges: build_apply_changes,
     n.Deduplicate: build_dedup,
+    n.Expect: build_expect,
     n.Join: build_join,
     n.Union: build_union,
     n.TransformWithState: build_transform_with_state,

@@ -69,6 +69,7 @@ class Compiler:
         self.stateful_ops: list[PhysicalOp] = []
         self.warnings: list[str] = []
         self.scan_filters: dict[int, list[str]] = {}
+        self.expectation_names: set[str] = set()     # unique per query (operators/expectations.py)
         self._next_op = 0
 
     def compile(self, node: n.Node) -> CompiledPlan:

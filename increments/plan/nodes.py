@@ -139,6 +139,19 @@ class TransformWithState(Unary):
     initial_state_keys: tuple[str, ...] = ()   # its key columns, matched to `keys` by position
 
 
+@dataclass(frozen=True, eq=False)
+class Expect(Unary):
+    """expect / expect_all: (name, SQL condition, on_violation) each; operators/expectations.py."""
+    expectations: tuple[tuple[str, str, str], ...] = ()
+    quarantine: Any = None              # a DeadLetter target for the rows "drop" expectations remove
+
+
+@dataclass(frozen=True, eq=False)
+class ApplyChanges(Unary):
+    """write_stream.apply_changes(...): AUTO CDC at the plan's root (operators/apply_changes.py)."""
+    spec: Any = None                    # operators.apply_changes.ApplyChangesSpec
+
+
 STATEFUL = (Aggregate, Deduplicate, TransformWithState)
 
 

@@ -28,6 +28,8 @@ class SinkContext:
     #: locate(batch_id, needles) -> "input file F, line L" (the first line of the batch's input files
     #: holding one of the byte strings), or None; for error messages that name the input row
     locate: Any = None
+    #: the SQLAlchemy URL of the query's offsets/commits log (a sink may keep its catalog there)
+    log_url: str | None = None
 
 
 @dataclass
@@ -51,6 +53,11 @@ class Sink(ABC):
 
     @abstractmethod
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult: ...
+
+    def check_output_schema(self, schema: pa.Schema) -> None:
+        """Called when the query starts, before any batch, with the query's output schema: a sink
+        whose columns have a fixed contract (Kafka's value/key/...) refuses a query that does not
+        fit (AnalysisException). Default: nothing to check."""
 
     def holds_query(self, query_id: str) -> bool | None:
         """Does the sink hold output written by this query id? None: the sink cannot tell. (Asked

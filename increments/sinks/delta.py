@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
+from ..sources.delta_files import conform, file_location, read_parquet
 from .base import Sink, SinkContext, SinkResult
 
 
@@ -59,9 +60,6 @@ def read_table(path: str, storage_options: dict | None = None):
     without pre-buffering; see tests/sinks/test_delta_exit.py). Not deltalake's QueryBuilder either:
     it holds the GIL while it waits on the store (an object store served in-process stalls).
     Tables with deletion vectors or column mapping are refused, as deltalake's pyarrow reader does."""
-    from urllib.parse import unquote
-
-    import pyarrow.parquet as pq
     from deltalake import DeltaTable
     dt = DeltaTable(path, storage_options=storage_options)
     features = set(dt.protocol().reader_features or [])
@@ -74,25 +72,9 @@ def read_table(path: str, storage_options: dict | None = None):
     loc = storage.location(path, storage_options)
     tables = []
     for add in actions.select(keep).to_pylist():
-        rel = unquote(add["path"])
-        if "://" in rel or os.path.isabs(rel):
-            parent, _, name = rel.rpartition("/")
-            where = storage.location(parent or "/", storage_options)
-        else:
-            where, name = loc, rel
-        local = where.local_path(name)
-        if local is not None:
-            t = pq.read_table(local)
-        else:
-            data = where.read_bytes(name)
-            buf = pa.allocate_buffer(len(data))       # Arrow memory: no Python object reaches Arrow's threads
-            pa.FixedSizeBufferWriter(buf).write(data)
-            t = pq.read_table(pa.BufferReader(buf))
-        n = t.num_rows
-        cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else
-                pa.array([add[f"partition.{f.name}"]] * n).cast(f.type) if f"partition.{f.name}" in add else
-                pa.nulls(n, f.type) for f in schema]
-        tables.append(pa.Table.from_arrays(cols, schema=schema))
+        where, name = file_location(loc, add["path"], storage_options)
+        parts = {k[len("partition."):]: v for k, v in add.items() if k.startswith("partition.")}
+        tables.append(pa.Table.from_arrays(conform(read_parquet(where, name), schema, parts), schema=schema))
     return (pa.concat_tables(tables) if tables else schema.empty_table()), dt.version()
 
 
@@ -180,32 +162,20 @@ class DeltaSink(Sink):
         the table, checks again (skipping the batch if the other writer already wrote it) and
         writes once more on the current snapshot. Commits of other writers (other app ids) are
         handled by delta-rs' conflict checker as for any Delta writer."""
-        app_id = self.ctx.query_id
         dt, done, fresh = self._snapshot()
-        mode = self.ctx.output_mode
         while True:
             if done is not None and done >= batch_id:
                 return SinkResult(0, version=dt.version(), skipped_replay=True)
-            if mode == "append" and table.num_rows == 0:
-                return SinkResult(0, version=dt.version() if dt is not None else None)
-            if mode == "update" and dt is not None:
-                keys = list(self.ctx.key_columns)
-                if not keys:
-                    raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query "
-                                     "has none")
-                if table.num_rows == 0:
-                    return SinkResult(0, version=dt.version())
-            if dt is not None and mode != "complete":
-                # a column whose type another writer changed (BIGINT -> STRING) would take this
-                # batch's values cast to it: refused like the drift a failing commit reveals
-                retyped = [d for d in schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
-                           if " in the table but " in d]
-                if retyped:
-                    if not fresh:             # decided on the current table, not the sink's snapshot
-                        self._dt = None
-                        dt, done, fresh = self._snapshot()
-                        continue
-                    raise self._drift(batch_id, retyped)
+            idle = self._nothing_to_write(dt, table)
+            if idle is not None:
+                return idle
+            retyped = self._retyped(dt, table)
+            if retyped:
+                if not fresh:                 # decided on the current table, not the sink's snapshot
+                    self._dt = None
+                    dt, done, fresh = self._snapshot()
+                    continue
+                raise self._drift(batch_id, retyped)
             try:
                 self._commit(dt, batch_id, table)
                 break
@@ -214,17 +184,51 @@ class DeltaSink(Sink):
                     self._dt = None
                     dt, done, fresh = self._snapshot()
                     continue
-                if dt is None or mode == "complete":
-                    raise
-                diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
-                if not diff:
-                    raise
-                raise self._drift(batch_id, diff, e) from None
+                self._explain_failed_commit(dt, batch_id, table, e)
+                raise
         if dt is None:
             self._dt = self._table()              # the table this batch created: one full load, once
         # (a write or MERGE through dt moves dt to the version it committed: no request)
         self._done = batch_id
-        return SinkResult(table.num_rows, version=self._dt.version())
+        return SinkResult(table.num_rows, version=self._dt.version(), extra=self._result_extra(table))
+
+    def _nothing_to_write(self, dt: Any, table: pa.Table) -> SinkResult | None:
+        """The result of a batch that commits nothing (append of no rows, update of no rows), else None."""
+        mode = self.ctx.output_mode
+        if mode == "append" and table.num_rows == 0:
+            return SinkResult(0, version=dt.version() if dt is not None else None)
+        if mode == "update" and dt is not None:
+            if not list(self.ctx.key_columns):
+                raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query "
+                                 "has none")
+            if table.num_rows == 0:
+                return SinkResult(0, version=dt.version())
+        return None
+
+    def _result_extra(self, table: pa.Table) -> dict[str, Any]:
+        return {}
+
+    def _explain_failed_commit(self, dt: Any, batch_id: int, table: pa.Table, e: Exception) -> None:
+        """A commit failed on a fresh snapshot: raise SinkSchemaError naming a schema mismatch, if
+        that is why (else return: the caller re-raises the original error)."""
+        if dt is None or self.ctx.output_mode == "complete":
+            return
+        diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
+        if not diff:
+            return
+        raise self._drift(batch_id, diff, e) from None
+
+    def _retyped(self, dt: Any, table: pa.Table) -> list[str]:
+        """The columns of the output whose type in the table differs (another writer changed it,
+        e.g. BIGINT -> STRING): the commit would cast this batch's values to it, so it is refused
+        like the drift a failing commit reveals. Only where the rows are committed as they are
+        (not a subclass that writes other rows, such as AUTO CDC) and not in complete mode (it
+        replaces the schema)."""
+        if dt is None or self.ctx.output_mode == "complete" or type(self)._commit is not DeltaSink._commit:
+            return []
+        have = pa.schema(dt.schema().to_arrow())
+        return [f"column {f.name!r} is {have.field(f.name).type} in the table but {f.type} in the output"
+                for f in table.schema if f.name in have.names and not _same_type(f.type, have.field(f.name).type)]
 
     def _drift(self, batch_id: int, diff: list[str], cause: BaseException | None = None) -> Exception:
         from ..errors import SinkSchemaError

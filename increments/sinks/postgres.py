@@ -148,13 +148,7 @@ class PostgresSink(Sink):
         if mode == "update" and not keys:
             raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
         with self.engine().begin() as conn:
-            conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {MARKER} (query_id TEXT NOT NULL, target TEXT NOT NULL, "
-                                 "last_batch_id BIGINT NOT NULL, PRIMARY KEY (query_id, target))"))
-            conn.execute(sa.text(f"INSERT INTO {MARKER} VALUES (:q, :t, -1) ON CONFLICT DO NOTHING"),
-                         {"q": self.ctx.query_id, "t": self.table})
-            last = conn.execute(sa.text(f"SELECT last_batch_id FROM {MARKER} WHERE query_id = :q AND target = :t "
-                                        "FOR UPDATE"), {"q": self.ctx.query_id, "t": self.table}).scalar_one()
-            if last >= batch_id:
+            if self._holds_batch(conn, batch_id):
                 return SinkResult(0, version=batch_id, skipped_replay=True)
             self._create(conn, table.schema, keys if mode == "update" else [])
             if mode == "complete":
@@ -163,9 +157,24 @@ class PostgresSink(Sink):
                 self._upsert(conn, table, keys)
             elif table.num_rows:
                 self._copy(conn, self.qtable, table)
-            conn.execute(sa.text(f"UPDATE {MARKER} SET last_batch_id = :b WHERE query_id = :q AND target = :t"),
-                         {"b": batch_id, "q": self.ctx.query_id, "t": self.table})
+            self._mark_batch(conn, batch_id)
         return SinkResult(table.num_rows, version=batch_id)
+
+    def _holds_batch(self, conn, batch_id: int) -> bool:
+        """In the batch's transaction: lock this query's marker row (serialising two runners of the
+        query) and say whether the table already holds batch_id (a redo: write nothing)."""
+        conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {MARKER} (query_id TEXT NOT NULL, target TEXT NOT NULL, "
+                             "last_batch_id BIGINT NOT NULL, PRIMARY KEY (query_id, target))"))
+        conn.execute(sa.text(f"INSERT INTO {MARKER} VALUES (:q, :t, -1) ON CONFLICT DO NOTHING"),
+                     {"q": self.ctx.query_id, "t": self.table})
+        last = conn.execute(sa.text(f"SELECT last_batch_id FROM {MARKER} WHERE query_id = :q AND target = :t "
+                                    "FOR UPDATE"), {"q": self.ctx.query_id, "t": self.table}).scalar_one()
+        return last >= batch_id
+
+    def _mark_batch(self, conn, batch_id: int) -> None:
+        """In the batch's transaction, last: the table holds batch_id."""
+        conn.execute(sa.text(f"UPDATE {MARKER} SET last_batch_id = :b WHERE query_id = :q AND target = :t"),
+                     {"b": batch_id, "q": self.ctx.query_id, "t": self.table})
 
     def _refuse_nul(self, batch_id: int, table: pa.Table) -> None:
         """PostgreSQL text cannot hold a NUL character: SinkSchemaError naming the column, the row
@@ -202,7 +211,9 @@ class PostgresSink(Sink):
 
     def _copy(self, conn, qtable: str, table: pa.Table) -> None:
         buf = io.BytesIO()
-        pacsv.write_csv(_csv_ready(table), buf, pacsv.WriteOptions(include_header=False))
+        # one chunk per column: pyarrow 26's CSV writer emits NUL bytes for a column whose first
+        # chunk is empty (a concatenation that starts with an empty table), which COPY refuses
+        pacsv.write_csv(_csv_ready(table.combine_chunks()), buf, pacsv.WriteOptions(include_header=False))
         cols = ", ".join(_q(c) for c in table.column_names)
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:

@@ -16,6 +16,7 @@ Contract:
 """
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -77,6 +78,24 @@ class Source(ABC):
 
     @abstractmethod
     def initial_offset(self) -> Any: ...
+
+    def pinned_initial_offset(self, resolve: Any) -> Any:
+        """A start offset that depends on when it is resolved ("latest"), fixed once per checkpoint:
+        sources/<i>/initial.json, written create-only, is adopted by every later start (a restart,
+        or a concurrent runner that wrote it first); `resolve()` computes it the first time."""
+        own = self.own_files() if self.checkpoint is not None else None
+        if own is not None:
+            try:
+                return json.loads(own.read_bytes("initial.json"))
+            except FileNotFoundError:
+                pass
+        out = resolve()
+        if own is not None:
+            try:
+                own.write_bytes("initial.json", json.dumps(out, sort_keys=True).encode(), create_only=True)
+            except FileExistsError:
+                return json.loads(own.read_bytes("initial.json"))
+        return out
 
     @abstractmethod
     def latest_offset(self, start: Any, limited: bool = True) -> Any:

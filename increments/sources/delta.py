@@ -21,19 +21,17 @@ source's own `storage_options=` over the query's (Source.open).
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
 from ..storage import Location
 from .base import Source
+from .delta_files import conform, file_location, read_parquet
 
 
 class DeltaSource(Source):
@@ -171,28 +169,12 @@ class DeltaSource(Source):
         if add.get("deletionVector"):
             raise MalformedInputError(self.fail(f"file {add['path']} has a deletion vector; a Delta stream source "
                                                 "reads appends only"))
-        rel = unquote(add["path"])
-        if "://" in rel or os.path.isabs(rel):
-            parent, _, name = rel.rpartition("/")
-            loc = storage.location(parent or "/", self.options())
-        else:
-            loc, name = self.location(), rel
+        loc, name = file_location(self.location(), add["path"], self.options())
         try:
-            local = loc.local_path(name)
-            t = pq.read_table(local) if local is not None else pq.read_table(io.BytesIO(loc.read_bytes(name)))
+            t = read_parquet(loc, name)
         except FileNotFoundError as e:
-            raise DataLossError(self.fail(f"data file {loc.join(name)} is gone (vacuumed?); start a new query")) from e
-        parts = add.get("partitionValues") or {}
-        cols = []
-        for f in schema:
-            if f.name in t.column_names:
-                cols.append(t.column(f.name).cast(f.type))
-            elif f.name in parts:
-                v = parts[f.name]
-                cols.append(pa.array([v] * t.num_rows, pa.string()).cast(f.type))
-            else:
-                cols.append(pa.nulls(t.num_rows, f.type))
-        return pa.Table.from_arrays(cols, schema=schema)
+            raise DataLossError(self.fail(f"data file {e} is gone (vacuumed?); start a new query")) from None
+        return pa.Table.from_arrays(conform(t, schema, add.get("partitionValues")), schema=schema)
 
     def prepare_available_now(self) -> None:
         self._target = self._latest_version()

@@ -41,6 +41,12 @@ def _frame(input_url: str, kind: str):
     if kind == "stateless":
         return f.with_watermark("event_time", "5 minutes").filter("campaign_id <> 'c4'") \
             .select("user_id", "event_time"), "append"
+    if kind == "expect_stateless":
+        return f.expect("not_c4", "campaign_id <> 'c4'").expect_or_drop("not_u3", "user_id <> 'u3'"), "append"
+    if kind == "expect_window":
+        return (f.expect_or_drop("not_u3", "user_id <> 'u3'").with_watermark("event_time", "5 minutes")
+                .group_by(F.window("event_time", "10 minutes"), "campaign_id").count()
+                .expect("single", "count < 2")), "append"
     raise ValueError(kind)
 
 
@@ -149,3 +155,53 @@ def test_plans_that_cannot_fan_out_say_why(tmp_path):
     assert "dead-letter table once per batch" in reason(parsed)                 # stateless: once per op
     assert reason(parsed.with_watermark("event_time", "1 minute").group_by(  # below the stateful op: in split
         F.window("event_time", "10 minutes"), "k").count()) is None
+
+
+@pytest.mark.parametrize("kind", ["expect_stateless", "expect_window"])
+def test_fanned_out_expectation_counts_match_the_local_runner(tmp_path, kind):
+    """Expectations below the stateful operator run once (in split), above it once per partition:
+    commits[N] holds the counts summed over the partitions, as the local runner counts them."""
+    from increments.checkpoint.log import open_log
+    input_url = str(tmp_path / "in")
+    _put_inputs(input_url)
+    expected: dict = {}
+    ref = _writer(input_url, str(tmp_path / "ref"), kind, expected).start()
+    ref.await_termination()
+    want = [p["expectations"] for p in ref.recent_progress]
+    got: dict = {}
+    chk = str(tmp_path / "chk")
+    assert _run_fanned_out(_writer(input_url, chk, kind, got)) == len(expected)
+    assert got == expected
+    meta = json.load(open(f"{chk}/metadata.json"))
+    log = open_log(None, chk, meta["id"])
+    assert [log.get_commit(n).extra["expectations"] for n in range(len(want))] == want
+    assert any(e["failed"] for batch in want for e in batch)
+
+
+@pytest.mark.parametrize("scd", [1, 2])
+def test_fanned_out_apply_changes_gives_the_local_table(tmp_path, scd):
+    """AUTO CDC fanned out by key: each partition op sequences its keys' changes (and tombstones)
+    alone; the table equals the local runner's."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "operators"))
+    from cdc_testutil import DOCS, ev
+    from increments.sinks.delta import read_table
+    files = [DOCS[:4] + [ev(9, None, None, "DELETE", 7)], list(reversed(DOCS[4:])) + [ev(9, "Zed", "Oslo", "INSERT", 3)]]
+    loc = storage.location(str(tmp_path / "in"))
+    for i, rows in enumerate(files):
+        loc.write_bytes(f"c-{i}.json", "".join(json.dumps(r) + "\n" for r in rows).encode())
+
+    def writer(name):
+        return (inc.read_stream.files(str(tmp_path / "in"), "json", "id BIGINT, name STRING, city STRING, op STRING, "
+                                      "seq BIGINT", max_files_per_trigger=1)
+                .write_stream.apply_changes(["id"], "seq", "op = 'DELETE'", ["op", "seq"], scd).format("delta")
+                .option("path", str(tmp_path / name)).checkpoint_location(str(tmp_path / f"chk_{name}"))
+                .query_name(f"fan_cdc_{name}").option("state_partitions", PARTS).trigger(available_now=True))
+    writer("ref").start().await_termination()
+    assert _run_fanned_out(writer("fan")) == 2
+
+    def rows(name):
+        t, _ = read_table(str(tmp_path / name))
+        return sorted((tuple(r.values()) for r in t.to_pylist()), key=repr)
+    assert rows("fan") == rows("ref") and rows("ref")

@@ -2,8 +2,8 @@
 (append) -> one of the sinks, optionally killed (SIGKILL) right after a protocol step.
 
 Usage: python fault_query.py <json config>
-config: input, checkpoint, sink (delta|postgres|parquet|foreach_batch), target (path or table),
-        pg_url, state_store, crash_batch, crash_step, log_url
+config: input, checkpoint, sink (delta|postgres|parquet|iceberg|foreach_batch), target (path or table),
+        pg_url, state_store, crash_batch, crash_step, log_url, catalog (iceberg: pyiceberg catalog properties)
 """
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ def main() -> None:
         q = w.foreach_batch(crashkit.batch_file_writer(c["target"], _rows, ".json")).start()
     elif sink == "postgres":
         q = w.format("postgres").option("url", c["pg_url"]).option("table", c["target"]).start()
+    elif sink == "iceberg":
+        q = w.format("iceberg").option("catalog", c["catalog"]).start(c["target"])
     else:
         q = w.format(sink).start(c["target"])
     q.await_termination()

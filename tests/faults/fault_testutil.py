@@ -42,7 +42,7 @@ def run_query(config: dict, expect_kill: bool = False, machine: str | None = Non
     return p
 
 
-def sink_rows(sink: str, target: str, pg_url: str | None = None) -> list[tuple]:
+def sink_rows(sink: str, target: str, pg_url: str | None = None, catalog: dict | None = None) -> list[tuple]:
     """The sink's rows as sorted (window start ISO, campaign, count) tuples (duplicates kept)."""
     if sink == "foreach_batch":
         rows = [(r["start"], r["campaign_id"], r["count"]) for f in glob.glob(os.path.join(target, "*.json"))
@@ -52,6 +52,10 @@ def sink_rows(sink: str, target: str, pg_url: str | None = None) -> list[tuple]:
         with eng.connect() as c:
             got = c.execute(sa.text(f'SELECT window_start, campaign_id, count FROM "{target}"')).all()
         rows = [(r[0].isoformat(), r[1], r[2]) for r in got]
+    elif sink == "iceberg":
+        from pyiceberg.catalog import load_catalog
+        t = load_catalog("increments", **catalog).load_table(target).scan().to_arrow()
+        rows = [(r["window"]["start"].isoformat(), r["campaign_id"], r["count"]) for r in t.to_pylist()]
     else:
         if sink == "delta":
             from deltalake import DeltaTable

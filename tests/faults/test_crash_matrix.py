@@ -18,10 +18,12 @@ import pytest
 from fault_testutil import run_query, sink_rows, upload_dir
 
 STEPS = ["plan", "read", "process", "write", "commit"]
-SINKS = ["delta", "postgres", "parquet", "foreach_batch"]
+SINKS = ["delta", "postgres", "parquet", "iceberg", "foreach_batch"]
 
 
 def _target(sink, root, tag):
+    if sink == "iceberg":
+        return f"faults.out_{tag}_{uuid.uuid4().hex[:8]}"
     return f"faults_{tag}_{uuid.uuid4().hex[:8]}" if sink == "postgres" else str(root / f"out_{tag}")
 
 
@@ -30,10 +32,12 @@ def _target(sink, root, tag):
 @pytest.mark.parametrize("sink", SINKS)
 def test_kill_at_every_step_gives_the_uncrashed_output(fault_env, sink, state_store):
     root = fault_env["root"]
-    base = {"input": fault_env["input"], "sink": sink, "pg_url": fault_env["pg_url"], "state_store": state_store}
+    catalog = {"type": "sql", "uri": fault_env["pg_url"], "warehouse": f"file://{root}/warehouse"}
+    base = {"input": fault_env["input"], "sink": sink, "pg_url": fault_env["pg_url"], "state_store": state_store,
+            "catalog": catalog}
     clean = dict(base, checkpoint=str(root / "chk_clean"), target=_target(sink, root, "clean"))
     run_query(clean)
-    expected = sink_rows(sink, clean["target"], fault_env["pg_url"])
+    expected = sink_rows(sink, clean["target"], fault_env["pg_url"], catalog)
     assert len(expected) >= 6, "the workload must close several windows"
     for step in STEPS:
         cfg = dict(base, checkpoint=str(root / f"chk_{step}"), target=_target(sink, root, step),
@@ -41,7 +45,7 @@ def test_kill_at_every_step_gives_the_uncrashed_output(fault_env, sink, state_st
         run_query(cfg, expect_kill=True)
         cfg.pop("crash_step")
         run_query(cfg)
-        got = sink_rows(sink, cfg["target"], fault_env["pg_url"])
+        got = sink_rows(sink, cfg["target"], fault_env["pg_url"], catalog)
         assert got == expected, f"{sink}/{state_store}: output after a kill after {step} of batch 2 differs"
 
 

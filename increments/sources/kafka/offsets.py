@@ -63,14 +63,10 @@ class KafkaOffsets:
 
     # -- offsets --------------------------------------------------------------------------------
     def initial_offset(self) -> dict:
-        # sources/<i>/initial.json fixes the resolved starting offsets once: written create-only, and
-        # a start that finds it (a restart, or a concurrent runner that wrote it first) adopts it
-        own = self.own_files() if self.checkpoint is not None else None
-        if own is not None:
-            try:
-                return json.loads(own.read_bytes("initial.json"))
-            except FileNotFoundError:
-                pass
+        # the resolved starting offsets are fixed once per checkpoint (Source.pinned_initial_offset)
+        return self.pinned_initial_offset(self._resolve_initial)
+
+    def _resolve_initial(self) -> dict:
         parts = self._partitions()
         wants = {}
         for t, ps in parts.items():
@@ -95,11 +91,6 @@ class KafkaOffsets:
                 out[t][str(p)] = hi
             else:
                 out[t][str(p)] = int(want)
-        if own is not None:
-            try:
-                own.write_bytes("initial.json", json.dumps(out, sort_keys=True).encode(), create_only=True)
-            except FileExistsError:
-                return json.loads(own.read_bytes("initial.json"))
         return out
 
     def latest_offset(self, start: Any, limited: bool = True) -> dict:
