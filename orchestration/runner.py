@@ -59,7 +59,7 @@ def next_batch_id(rt: Any) -> tuple[int, bool]:
     last_off = rt.log.latest_offsets()
     last_commit = rt.log.latest_commit()
     if last_off is not None and (last_commit is None or last_commit.batch_id < last_off.batch_id):
-        return last_off.batch_id, True
+        return last_off.batch_id, last_off.barrier is None    # a fence entry (repartition) is planned anew
     return (last_commit.batch_id + 1 if last_commit else 0), False
 
 
@@ -115,9 +115,12 @@ def pending_work(rt: Any, probe: bool = False) -> bool:
     from increments.execution import steps
     last_off = rt.log.latest_offsets()
     last_commit = rt.log.latest_commit()
-    if last_off is not None and (last_commit is None or last_commit.batch_id < last_off.batch_id):
+    if last_off is not None and last_off.barrier is None and \
+            (last_commit is None or last_commit.batch_id < last_off.batch_id):
         return True
-    start = dict(last_off.end) if last_off else {str(i): s.initial_offset() for i, s in enumerate(rt.sources)}
+    # (a fence entry before any batch has no offsets: the sources' initial ones)
+    start = dict(last_off.end) if last_off and last_off.end else {str(i): s.initial_offset()
+                                                                  for i, s in enumerate(rt.sources)}
     for i, src in enumerate(rt.sources):
         s = start[str(i)]
         if probe:

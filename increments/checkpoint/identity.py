@@ -11,12 +11,19 @@ where the log was, without secrets (dialect, host, port, database). Later starts
   files: a new query id would make the sink write every batch again. The id is restored only when
   the log (its identity row, named by log.json) and the sink (which holds that query id's writes)
   agree on it.
+* a checkpoint with no log.json whose log holds nothing of the query (no identity row, no offsets)
+  while the checkpoint shows the query ran: seen-files entries (sources/), state (state/), staged
+  step results (staging/), or a sink holding the query id's writes (a Delta app transaction, a
+  PostgreSQL marker row, a Parquet manifest). That is a lost log together with its log.json, or a
+  checkpoint written before log.json existed opened on a new, empty log_url: it too would start
+  again at batch 0 while the sink skips the batch ids it holds (the new files' rows lost).
 * a lost conf.json: the conf (plan fingerprint, state partitions and provider) is compared with the
   copy in the identity row, else with what the log's offsets recorded, and conf.json restored.
 Checkpoints and logs written before these checks get their identity at their next start.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import time
@@ -29,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from ..errors import IncompatibleCheckpointError
 from ..storage import Location
 from .log import BatchLog, resolve_log_url
+from .sql_log import sqlite_failure
 from .metadata import CheckpointMetadata, _read_conf, _read_json_file, create_metadata, read_metadata
 
 logger = logging.getLogger("increments.checkpoint")
@@ -115,11 +123,37 @@ def read_log_file(loc: Location) -> dict[str, Any] | None:
 def _traces(loc: Location) -> list[str]:
     """What of a query's checkpoint is there besides metadata.json."""
     found = [n for n in ("conf.json", LOG_FILE) if loc.exists(n)]
-    for d in ("sources", "state"):
+    return found + _ran(loc)
+
+
+def _ran(loc: Location) -> list[str]:
+    """What in the checkpoint only a query that planned a batch writes: sources/, state/, staging/."""
+    found = []
+    for d in ("sources", "state", "staging"):
         objs, dirs = loc.list_dir(d)
         if objs or dirs:
             found.append(d + "/")
     return found
+
+
+def _refuse_lost_log(loc: Location, who: str, qid: str, url: str, sink_agrees: Callable[[str], bool | None]) -> None:
+    """No log.json and a log without the query's identity row or offsets: refuse when the
+    checkpoint or the sink shows the query ran (module doc)."""
+    found = [loc.join(d) for d in _ran(loc)]
+    if sink_agrees(qid):
+        found.append(f"the sink's output of query id {qid}")
+    if not found:
+        return
+    raise IncompatibleCheckpointError(
+        f"query {who!r}: the checkpoint at {loc.url} shows the query ran ({', '.join(found)}), but the "
+        f"offsets/commits log this start opened ({show(describe_url(url))}) holds no history of query id {qid}, "
+        f"and the checkpoint has no {LOG_FILE} naming the log it was written with (a lost log.sqlite together "
+        f"with {LOG_FILE}, or a log_url pointing at a new, empty database). Running on it would start again at "
+        f"batch 0: the sink would skip the batch ids it holds and the rows of the new input would be lost. Point "
+        f"the log_url option (or INCREMENTS_LOG_URL) at the log the query ran with; to move a log, copy it first "
+        f"with `increments migrate-log {loc.url} --from OLD_URL --to NEW_URL`. If the log is lost, this "
+        f"checkpoint cannot continue: start the query on a new checkpoint location (and a sink that does not hold "
+        f"its output) and backfill it from the sources.")
 
 
 def _refuse_log(loc: Location, query: str, recorded: dict[str, Any], url: str, why: str) -> None:
@@ -170,8 +204,18 @@ def open_checkpoint(loc: Location, name: str | None, conf: dict[str, Any], log_u
         return _open(loc, name, conf, log_url, sink_agrees)
     except IncrementsError:
         raise
+    except sa.exc.DBAPIError as e:
+        failure = sqlite_failure(resolve_log_url(log_url, loc), e)
+        if failure is None:
+            raise
+        raise type(failure)(failure.errno, f"query {name!r}: {failure.strerror}") from e
     except OSError as e:
         what = f"{e.strerror or e}" + (f" ({e.filename})" if getattr(e, "filename", None) else "")
+        if e.errno == errno.ENOSPC:
+            raise CheckpointAccessError(
+                errno.ENOSPC, f"query {name!r}: the checkpoint location {loc.url} cannot be written: the disk is full "
+                              f"(ENOSPC: {what}). Free space on that disk, or start the query on a checkpoint "
+                              "location on another disk.") from e
         raise CheckpointAccessError(
             f"query {name!r}: the checkpoint location {loc.url} cannot be created, read or written: {what}. Use a "
             "location this process can write (a directory it may create, or a bucket prefix its credentials may "
@@ -185,6 +229,7 @@ def _open(loc: Location, name: str | None, conf: dict[str, Any], log_url: str | 
         meta = metadata.json, or (missing but the checkpoint is used) the id log and sink agree on, or refuse
         log = the log at log_url; identity = its row for the query id; recorded = log.json
         recorded and (no identity or another log id) -> refuse
+        no recorded, no identity, no offsets, and sources/ state/ staging/ or the sink's writes -> refuse
         conf.json missing -> compare with identity's conf (else the last offsets' conf), restore it
         check the conf (CheckpointMetadata.open); create identity and log.json when missing
     """
@@ -210,6 +255,8 @@ def _open(loc: Location, name: str | None, conf: dict[str, Any], log_url: str | 
                                                  "and is no longer this query's log")
         elif ident["log_id"] != recorded.get("log_id"):
             _refuse_log(loc, who, recorded, url, f"is another log (log id {ident['log_id']})")
+    elif ident is None and log.latest_offsets() is None:
+        _refuse_lost_log(loc, who, qid, url, sink_agrees)
     fixed = _read_conf(loc)
     if not fixed:
         _restore_conf(loc, who, ident, log, conf)

@@ -88,6 +88,10 @@ def _wal_mode(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
             time.sleep(0.02)
 
 
+#: OffsetsEntry.conf key of a fence entry (checkpoint/repartition.py; execution/steps.py plans over it)
+BARRIER_KEY = "ownership_barrier"
+
+
 @dataclass
 class OffsetsEntry:
     """offsets[N]: what batch N reads and the watermarks it runs with."""
@@ -105,6 +109,12 @@ class OffsetsEntry:
     def body(self) -> dict[str, Any]:
         """The fields stored as JSON (a shallow dict: serialize it, do not mutate its values)."""
         return {f: getattr(self, f) for f in _OFFSETS_BODY}
+
+    @property
+    def barrier(self) -> dict[str, Any] | None:
+        """A fence entry, not a batch: what `increments repartition` wrote as offsets[N] to take the
+        query's ownership ({"by", "from", "to", "at_ms"}); None for a batch's offsets."""
+        return self.conf.get(BARRIER_KEY)
 
     @classmethod
     def from_body(cls, b: dict[str, Any]) -> "OffsetsEntry":
@@ -225,10 +235,26 @@ class BatchLog:
             text = self.offsets.add(entry.batch_id, entry.body(), owner)
         except EntryExists as e:
             other = self.offsets.get(entry.batch_id) or {}
+            barrier = (other.get("conf") or {}).get(BARRIER_KEY)
+            if barrier:
+                raise ConcurrentRunError(barrier_message(self.query_name, self.query_id, entry.batch_id, barrier,
+                                                         owner)) from e
             raise ConcurrentRunError(
                 f"query {self.query_name!r} (id {self.query_id}): offsets[{entry.batch_id}] was written by another "
                 f"runner (run {other.get('_owner')}) while this runner (run {owner}) planned it. Two runners of one "
                 f"query must not run at once; this one stops. Start only one runner per checkpoint.") from e
+        entry.owner, entry.attempt = owner, 1
+        self._planned = (entry.batch_id, text, owner, 1)
+
+    def take_over(self, barrier: OffsetsEntry, entry: OffsetsEntry, owner: str) -> None:
+        """Plan batch N over the fence entry offsets[N] (`barrier`): one compare-and-swap of the
+        row; ConcurrentRunError when another runner took it first."""
+        self._planned = self._mine = None
+        text = self.offsets.replace(entry.batch_id, entry.body(), owner, barrier.owner, barrier.attempt)
+        if text is None:
+            raise ConcurrentRunError(
+                f"query {self.query_name!r} (id {self.query_id}): another runner planned batch {entry.batch_id} at "
+                f"the same time as run {owner}; this one stops. Start only one runner per checkpoint.")
         entry.owner, entry.attempt = owner, 1
         self._planned = (entry.batch_id, text, owner, 1)
 
@@ -268,6 +294,13 @@ class BatchLog:
             return []
         commits = {b["batch_id"]: CommitEntry.from_body(b) for b in self.commits.entries(since=offs[0].batch_id)}
         return [(o, commits.get(o.batch_id)) for o in offs]
+
+
+def barrier_message(name: str, query_id: str, batch_id: int, barrier: dict[str, Any], run: str) -> str:
+    return (f"query {name!r} (id {query_id}): {barrier.get('by', 'another command')} took over the query's checkpoint "
+            f"at batch {batch_id} (state partitions {barrier.get('from')} -> {barrier.get('to')}); this runner "
+            f"(run {run}) lost the query's ownership and stops without touching state or the sink. Start the query "
+            f"again with .option(\"state_partitions\", {barrier.get('to')}).")
 
 
 def open_log(log_url: str | None, checkpoint: Any, query_id: str, query_name: str = "") -> BatchLog:

@@ -2,6 +2,10 @@
 partitions (Spark cannot: its shuffle partitions are fixed by the checkpoint).
 
     V = the last committed batch (refused while a batch is planned but not committed)
+    take the query's ownership as a runner does: insert offsets[V+1] as a fence entry (owner
+        "repartition-<uuid>", conf[BARRIER_KEY] = {by, from, to, at_ms}); the insert fails when a
+        runner planned V+1 first: refused, that runner is active. (A fence entry left by an
+        earlier repartition is taken over by compare-and-swap.)
     for every state store of commits[V].extra["state_tokens"] (operator, and its side stores):
         read every partition at (V, its token)
         re-hash every key into 0..N-1 with the operator's own key -> partition function
@@ -13,8 +17,15 @@ partitions (Spark cannot: its shuffle partitions are fixed by the checkpoint).
         previous_state_tokens}: the switch (one row update); batch V+1 opens the new partitions
     conf.json: state_partitions := N (the query then starts with option state_partitions=N)
 
-A crash before the commit row is updated leaves the checkpoint as it was (new snapshots unused);
-after it, a rerun of the same command completes conf.json. The output of later batches equals an
+The fence entry stays: a runner that was running (idle between batches) fails its next plan's
+insert of offsets[V+1] and stops (ConcurrentRunError naming the command and the new count); the
+next runner started with the new count plans batch V+1 over the fence entry (execution/steps.py);
+one started with any other count is refused. So no runner can commit a batch on the old
+partitioning after the command began.
+
+A crash before the commit row is updated leaves the checkpoint as it was (new snapshots unused,
+the fence entry in place: the rerun takes it over); after it, a rerun of the same command
+completes conf.json. The output of later batches equals an
 unrescaled run's: every key lands where a query started with N partitions would have put it.
 """
 from __future__ import annotations
@@ -24,6 +35,7 @@ import hashlib
 import json
 import tempfile
 import time
+import uuid
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -34,11 +46,11 @@ from state.encoding import decode_key, encode_value
 from state.rescale import read_version, write_snapshot
 
 from .. import storage
-from ..errors import AnalysisException, IncrementsError
+from ..errors import AnalysisException, ConcurrentRunError, IncrementsError
 from ..operators import join_state as js
 from ..operators.partitioning import partition_ids
 from ..types import duckdb_to_arrow
-from .log import BatchLog, resolve_log_url
+from .log import BARRIER_KEY, BatchLog, OffsetsEntry, resolve_log_url
 from .metadata import read_metadata
 
 
@@ -54,12 +66,16 @@ def repartition(checkpoint: Any, partitions: int, log_url: str | None = None,
         raise AnalysisException(f"increments repartition: {loc.url} is not a query checkpoint (no metadata.json)")
     conf = loc.read_json("conf.json")
     old = int(conf.get("state_partitions", 1))
-    log = BatchLog(resolve_log_url(log_url, loc), meta["id"])
+    log = BatchLog(resolve_log_url(log_url, loc), meta["id"], meta.get("name") or "")
     last_off, last = log.latest_offsets(), log.latest_commit()
-    if last_off is not None and (last is None or last.batch_id < last_off.batch_id):
+    fence = last_off if last_off is not None and last_off.barrier is not None else None
+    if fence is None and last_off is not None and (last is None or last.batch_id < last_off.batch_id):
         raise AnalysisException(
-            f"increments repartition: batch {last_off.batch_id} of {loc.url} is planned but not committed; start "
-            f"the query (with its current {old} partitions) until that batch commits, stop it, then repartition")
+            f"increments repartition: batch {last_off.batch_id} of {loc.url} is planned but not committed (a runner "
+            f"may be running it); start the query (with its current {old} partitions) until that batch commits, stop "
+            f"it, then repartition")
+    if partitions != old:
+        _take_ownership(log, loc, fence, last_off, last, old, partitions, conf)
     done = (last.extra.get("repartition") or {}) if last is not None else {}
     result = {"batch_id": last.batch_id if last else None, "from": old, "to": partitions, "stores": {}}
     if last is not None and done.get("to") == partitions and len(next(iter(last.extra.get("state_tokens") or {"": [0] * partitions}.values()))) == partitions:
@@ -71,6 +87,30 @@ def repartition(checkpoint: Any, partitions: int, log_url: str | None = None,
     if partitions != old:
         loc.write_json("conf.json", {**conf, "state_partitions": partitions})
     return result
+
+
+def _take_ownership(log: BatchLog, loc: Any, fence: OffsetsEntry | None, last_off: OffsetsEntry | None,
+                    last: Any, old: int, new: int, conf: dict[str, Any]) -> None:
+    """offsets[V+1] as a fence entry (module doc); refused while a runner holds V+1."""
+    barrier = {"by": "increments repartition", "from": old, "to": new, "at_ms": int(time.time() * 1000)}
+    batch = fence.batch_id if fence is not None else (last.batch_id + 1 if last is not None else 0)
+    end = dict(last_off.end) if last_off is not None and fence is None else (dict(fence.end) if fence else {})
+    entry = OffsetsEntry(batch, end, end, last.next_watermark_ms if last else 0,
+                         last_off.watermark_ms if last_off is not None else 0,
+                         dict(last.next_input_watermarks_ms) if last else {}, barrier["at_ms"],
+                         {"state_partitions": new, "state_store": conf.get("state_store"), BARRIER_KEY: barrier})
+    owner = f"repartition-{uuid.uuid4().hex[:12]}"
+    try:
+        if fence is not None:
+            log.take_over(fence, entry, owner)
+        else:
+            log.write_offsets(entry, owner)
+    except ConcurrentRunError:
+        cur = log.offsets.owner(batch)
+        raise AnalysisException(
+            f"increments repartition: a runner of the query at {loc.url} is active: it planned batch {batch} "
+            f"(run {cur[0] if cur else '?'}) while this command took the query's ownership; nothing was changed. "
+            f"Stop the query (every runner, Dagster runs and sensors included), then repartition.") from None
 
 
 def _rewrite(loc: Any, conf: dict[str, Any], version: int, tokens: dict[str, list], old: int,
@@ -240,7 +280,8 @@ def run(args: Any) -> int:
     try:
         res = repartition(args.checkpoint, args.partitions, args.log_url, opts)
     except IncrementsError as e:
-        raise SystemExit(f"increments repartition: {storage.redact(str(e))}") from None
+        msg = storage.redact(str(e))
+        raise SystemExit(msg if msg.startswith("increments repartition:") else f"increments repartition: {msg}") from None
     if res["from"] == res["to"]:
         print(f"the checkpoint already has {res['to']} state partitions; nothing changed")
         return 0

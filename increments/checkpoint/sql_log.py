@@ -50,6 +50,46 @@ class EntryExists(Exception):
     """An entry for (query id, batch id) is already in the table."""
 
 
+_SQLITE_IO = ("disk I/O error", "database or disk is full", "unable to open database file",
+              "attempt to write a readonly database")
+#: below this many free bytes an SQLite I/O failure is taken for a full disk
+FULL_BELOW = 256 << 10
+
+
+def sqlite_failure(url: Any, e: BaseException) -> Exception | None:
+    """An SQLite log's I/O failure (a full disk, an unreadable file) as a CheckpointAccessError
+    naming the file, the free space of its filesystem and ENOSPC when the disk is full; None for
+    any other error (raise that as it is)."""
+    import errno
+    import sqlite3
+
+    from ..errors import CheckpointAccessError
+    orig = getattr(e, "orig", None) or e
+    u = sa.engine.make_url(url) if not isinstance(url, sa.engine.URL) else url
+    if not isinstance(orig, sqlite3.OperationalError) or u.get_backend_name() != "sqlite" or not u.database:
+        return None
+    text = str(orig)
+    if not any(k in text for k in _SQLITE_IO):
+        return None
+    path = os.path.abspath(u.database)
+    where = os.path.dirname(path)
+    try:
+        st = os.statvfs(where)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = None
+    left = f"{free} bytes free on the filesystem of {where}" if free is not None else f"{where} cannot be examined"
+    if "full" in text or (free is not None and free < FULL_BELOW):
+        return CheckpointAccessError(
+            errno.ENOSPC, f"the offsets/commits log {path} cannot be written: the disk is full (ENOSPC, {left}; "
+                          f"SQLite: {text}). Free space on that disk, or move the log to another database with "
+                          f"`increments migrate-log`; a batch that was not committed is redone when the query starts "
+                          f"again.")
+    return CheckpointAccessError(
+        errno.EIO, f"the offsets/commits log {path} cannot be read or written ({text}; {left}). Check the disk and "
+                   f"the file's permissions; a batch that was not committed is redone when the query starts again.")
+
+
 class LogConnection:
     """One DBAPI connection for the statements of one batch log, in autocommit mode.
 
@@ -124,7 +164,10 @@ class LogConnection:
         sql = self.sql(text)
         with self._lock:
             for attempt in (1, 2):
-                conn = self._conn if self._conn is not None and self._pid == os.getpid() else self._connect()
+                try:
+                    conn = self._conn if self._conn is not None and self._pid == os.getpid() else self._connect()
+                except sa.exc.DBAPIError as e:
+                    raise (sqlite_failure(self.engine.url, e) or e) from e
                 cur = None
                 try:
                     cur = conn.cursor()
@@ -136,6 +179,9 @@ class LogConnection:
                     return out
                 except self.dialect.loaded_dbapi.Error as e:
                     if attempt == 2 or not self.dialect.is_disconnect(e, conn, cur):
+                        failure = sqlite_failure(self.engine.url, e)
+                        if failure is not None:
+                            raise failure from e
                         raise
                     self._discard()
                     if write and landed is not None:
@@ -173,6 +219,8 @@ class MetadataLog:
         self._q_insert = f"INSERT INTO {t} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?)"
         self._q_claim = (f"UPDATE {t} SET owner = ?, attempt = ? WHERE query_id = ? AND batch_id = ? "
                          "AND attempt = ?")
+        self._q_replace = (f"UPDATE {t} SET body = ?, owner = ?, attempt = 1 WHERE query_id = ? AND batch_id = ? "
+                           "AND owner = ? AND attempt = ?")
 
     def create(self) -> None:
         """Create the table if missing; two runners racing to create it both end up using it."""
@@ -208,6 +256,17 @@ class MetadataLog:
         n = self.conn.execute(self._q_claim, (owner, seen_attempt + 1, self.query_id, batch_id, seen_attempt),
                               fetch=False, write=True, landed=landed)
         return seen_attempt + 1 if n == 1 else None
+
+    def replace(self, batch_id: int, body: dict[str, Any], owner: str, seen_owner: str, seen_attempt: int) -> str | None:
+        """Compare-and-swap a whole entry (body and owner) that (seen_owner, seen_attempt) still
+        owns; the body as stored (JSON text), or None if another runner changed it first."""
+        text = json.dumps(body, sort_keys=True)
+
+        def landed() -> int | None:
+            return 1 if self.owner(batch_id) == (owner, 1) else None
+        n = self.conn.execute(self._q_replace, (text, owner, self.query_id, batch_id, seen_owner, seen_attempt),
+                              fetch=False, write=True, landed=landed)
+        return text if n == 1 else None
 
     # -- reads --------------------------------------------------------------------------
     def get(self, batch_id: int) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ ops both build one (Dagster once per op process) and call the same five step fun
 """
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -151,19 +152,34 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
         return SinkContext(query_id, name or query_id, settings.output_mode, checkpoint, key_columns=key_columns,
                            storage_options=storage_options, locate=locate, log_url=log_url)
 
-    def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json was lost
+    def sink_agrees(query_id: str) -> bool | None:      # asked only when metadata.json or the log was lost
         sink.open(sink_context(query_id))
         return sink.holds_query(query_id)
     meta, log = open_checkpoint(checkpoint, name, conf, log_url, sink_agrees)
     name = name or meta.query_id
     sink.open(sink_context(meta.query_id))
+    warn_foreign_output(sink, meta.query_id, name, log)
     for i, src in enumerate(plan.sources):
+        src.local_dir = opts.get("local_dir")
         src.open(checkpoint, i, name, storage_options)
     state = StateManager(checkpoint, provider, partitions, changelog, opts.get("local_dir"))
     rt = QueryRuntime(name, meta, log, plan, sink, settings, MemoryStaging(), state)
     if staging == "disk":
         rt.staging = DiskStaging(checkpoint.child("staging"), lambda: rt.run_id)
     return rt
+
+
+def warn_foreign_output(sink: Sink, query_id: str, name: str, log: BatchLog) -> None:
+    """At a query's first start (no batch committed): warn when its sink already holds another
+    writer's output, saying what this query's batches do beside it (Sink.foreign_output)."""
+    if log.latest_offsets() is not None:
+        return
+    try:
+        what = sink.foreign_output(query_id)
+    except Exception:  # noqa: BLE001 - a warning only; the first batch meets the sink's real errors
+        return
+    if what:
+        logging.getLogger("increments.sinks").warning("query %r (id %s): %s", name, query_id, what)
 
 
 def start_conf(frame: StreamFrame, settings: WriterSettings,

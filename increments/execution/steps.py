@@ -34,7 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..checkpoint.log import CommitEntry, OffsetsEntry
+from ..checkpoint.log import CommitEntry, OffsetsEntry, barrier_message
+from ..errors import ConcurrentRunError
 from ..operators.base import BatchContext
 from ..operators.expectations import declared
 from ..watermark import next_watermarks
@@ -64,6 +65,10 @@ def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
     """Decide the next batch from the log; write offsets[N] first (write-ahead). See module doc."""
     t0 = time.perf_counter()
     last_off, last_commit, _ = rt.log.latest_known()     # this runner's own last commit needs no read
+    barrier = None
+    if last_off is not None and last_off.barrier is not None and \
+            (last_commit is None or last_commit.batch_id < last_off.batch_id):
+        barrier, last_off = last_off, _before_barrier(rt, last_off)
     if last_off is not None and (last_commit is None or last_commit.batch_id < last_off.batch_id):
         entry = rt.log.claim_redo(last_off, rt.run_id)
         rt.emit("on_batch_step", entry.batch_id, "plan")
@@ -85,9 +90,23 @@ def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
                          {"state_partitions": rt.state.partitions, "state_store": rt.state.provider_name,
                           **({"batch_size": sizes} if sizes else {})})
     t1 = time.perf_counter()
-    rt.log.write_offsets(entry, rt.run_id)
+    if barrier is not None:
+        rt.log.take_over(barrier, entry, rt.run_id)
+    else:
+        rt.log.write_offsets(entry, rt.run_id)
     rt.emit("on_batch_step", batch_id, "plan")
     return BatchPlan(entry, False, time.time(), {"latest_offset": latest_ms, "wal_commit": _ms(t1)})
+
+
+def _before_barrier(rt: QueryRuntime, barrier: OffsetsEntry) -> OffsetsEntry | None:
+    """offsets[N] is a fence entry (`increments repartition` took the query's ownership there):
+    this plan takes it over as batch N, planned from offsets[N-1] and commits[N-1] as usual --
+    but only in a runner started with the partitions the command left (one started before it
+    would run the old state: ConcurrentRunError, as for the cached runner whose insert fails)."""
+    b = barrier.barrier or {}
+    if b.get("to") is not None and int(b["to"]) != rt.state.partitions:
+        raise ConcurrentRunError(barrier_message(rt.name, rt.query_id, barrier.batch_id, b, rt.run_id))
+    return rt.log.get_offsets(barrier.batch_id - 1) if barrier.batch_id > 0 else None
 
 
 def _time_based_work(rt: QueryRuntime, last_off: OffsetsEntry | None, watermark: int, now_ms: int) -> bool:

@@ -169,6 +169,30 @@ def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None
                                         "at": dt.datetime.now(dt.timezone.utc).isoformat()})
 
 
+def _refuse_finished(old: Any, new_loc: Any, sink_path: str, staging_table: str, opts: dict[str, Any]) -> None:
+    """A rerun of a migrate that switched over (the old checkpoint holds retired.json): say so,
+    and remove a staging table a crash after the switch left behind; nothing else is touched."""
+    try:
+        r = old.read_json("retired.json")
+    except FileNotFoundError:
+        return
+    to = storage.location(r.get("to") or "", opts).url if r.get("to") else None
+    if to != new_loc.url:
+        raise AnalysisException(
+            f"increments migrate: the checkpoint {old.url} was already migrated to {r.get('to')} (switched over "
+            f"{r.get('at')}); it is retired. To change the query again, migrate from that checkpoint: run the "
+            f"changed query with checkpoint_location({r.get('to')!r}) and `increments migrate ... --to NEW`")
+    removed = ""
+    st = storage.location(staging_table, opts)
+    if st.list(""):
+        st.delete_prefix("")
+        removed = f" Its leftover staging table {storage.redact_url(staging_table)} was removed."
+    raise AnalysisException(
+        f"increments migrate: this migration is done: {storage.redact_url(sink_path)} was switched over to the "
+        f"changed query on {new_loc.url} at {r.get('at')}, and the old checkpoint {old.url} is retired.{removed} "
+        f"Nothing to do: run the changed query with checkpoint_location({new_loc.url!r}).")
+
+
 def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: str = "earliest",
             max_rounds: int = 50, report: Callable[[str], None] = print,
             between_rounds: Callable[[int], None] | None = None,
@@ -194,6 +218,8 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
         raise AnalysisException(f"increments migrate: --to {new_loc.url} is the query's current checkpoint; "
                                 "migrate to a new checkpoint location")
     staging_table = sink_path.rstrip("/") + "__migrate"
+    if old:
+        _refuse_finished(storage.location(old, opts), new_loc, sink_path, staging_table, opts)
     rounds: list[dict[str, Any]] = []
     drain = writer.checkpoint_location(to_checkpoint).trigger(available_now=True)
     if backfill == "from-sink":

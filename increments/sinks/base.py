@@ -64,5 +64,13 @@ class Sink(ABC):
         after open() when a checkpoint lost its metadata.json; see checkpoint/identity.py.)"""
         return None
 
+    def foreign_output(self, query_id: str) -> str | None:
+        """What the sink already holds that another writer than this query id wrote (another query
+        on a new checkpoint, or anything else), in words for a warning; None: nothing, or the sink
+        cannot tell. Asked once at a query's first start (no batch committed yet): every sink keys
+        its idempotence by (query id, batch id), so such output never makes this query skip a
+        batch; the start says so (execution/runtime.py: warn_foreign_output)."""
+        return None
+
     def close(self) -> None:
         pass

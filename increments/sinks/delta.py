@@ -143,6 +143,17 @@ class DeltaSink(Sink):
         dt = self._table()
         return dt is not None and dt.transaction_version(query_id) is not None
 
+    def foreign_output(self, query_id: str) -> str | None:
+        """The table exists with commits but none of this query id (app transaction): other writers'."""
+        dt = self._table()
+        if dt is None or dt.transaction_version(query_id) is not None:
+            return None
+        what = ("each batch replaces the whole table, their rows included" if self.ctx.output_mode == "complete"
+                else "this query's batches are added to it (its app transaction is keyed by its query id and "
+                     "batch id: none of its batches is skipped)")
+        return (f"{self.description} already holds table version {dt.version()} written by other writers (no commit "
+                f"of this query id, {query_id}); {what}. Write to a new path to keep them apart.")
+
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """See the module doc: skip when the table holds this query's batch, else one commit.
 
@@ -162,6 +173,13 @@ class DeltaSink(Sink):
             idle = self._nothing_to_write(dt, table)
             if idle is not None:
                 return idle
+            retyped = self._retyped(dt, table)
+            if retyped:
+                if not fresh:                 # decided on the current table, not the sink's snapshot
+                    self._dt = None
+                    dt, done, fresh = self._snapshot()
+                    continue
+                raise self._drift(batch_id, retyped)
             try:
                 self._commit(dt, batch_id, table)
                 break
@@ -202,12 +220,27 @@ class DeltaSink(Sink):
         diff = schema_difference(pa.schema(dt.schema().to_arrow()), table.schema)
         if not diff:
             return
+        raise self._drift(batch_id, diff, e) from None
+
+    def _retyped(self, dt: Any, table: pa.Table) -> list[str]:
+        """The columns of the output whose type in the table differs (another writer changed it,
+        e.g. BIGINT -> STRING): the commit would cast this batch's values to it, so it is refused
+        like the drift a failing commit reveals. Only where the rows are committed as they are
+        (not a subclass that writes other rows, such as AUTO CDC) and not in complete mode (it
+        replaces the schema)."""
+        if dt is None or self.ctx.output_mode == "complete" or type(self)._commit is not DeltaSink._commit:
+            return []
+        have = pa.schema(dt.schema().to_arrow())
+        return [f"column {f.name!r} is {have.field(f.name).type} in the table but {f.type} in the output"
+                for f in table.schema if f.name in have.names and not _same_type(f.type, have.field(f.name).type)]
+
+    def _drift(self, batch_id: int, diff: list[str], cause: BaseException | None = None) -> Exception:
         from ..errors import SinkSchemaError
-        raise SinkSchemaError(
+        return SinkSchemaError(
             f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
             f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
             f"written. Restore the table's schema, change the query to write those columns, or write to a "
-            f"new table (with a new checkpoint). [{storage.redact(str(e))}]") from None
+            f"new table (with a new checkpoint)." + (f" [{storage.redact(str(cause))}]" if cause is not None else ""))
 
     def _snapshot(self) -> tuple[Any, int | None, bool]:
         """(the sink's DeltaTable or None when there is no table, this query's last batch id in it,

@@ -122,6 +122,23 @@ class PostgresSink(Sink):
                                 {"q": query_id, "t": self.table}).scalar()
         return last is not None and last >= 0
 
+    def foreign_output(self, query_id: str) -> str | None:
+        """Marker rows of other query ids for this table (their batches are in it)."""
+        with self.engine().connect() as conn:
+            if not sa.inspect(conn).has_table(MARKER):
+                return None
+            others = conn.execute(sa.text(f"SELECT query_id, last_batch_id FROM {MARKER} WHERE target = :t "
+                                          "AND query_id <> :q AND last_batch_id >= 0 ORDER BY query_id"),
+                                  {"q": query_id, "t": self.table}).all()
+        if not others:
+            return None
+        what = ("each batch replaces the whole table (DELETE, then COPY), their rows included"
+                if self.ctx.output_mode == "complete" else
+                "this query's batches are added to it (its marker row is keyed by query id and table: none of its "
+                "batches is skipped)")
+        named = ", ".join(f"query id {q} (batches up to {b})" for q, b in others)
+        return f"{self.description} already holds the output of {named}; {what}. Write to a new table to keep them apart."
+
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """One transaction: marker check -> rows -> marker = batch_id (module doc)."""
         table = flatten(table)

@@ -34,6 +34,9 @@ class Source(ABC):
     checkpoint: Location | None = None
     query_name: str = ""
     query_storage_options: dict[str, Any] = {}
+    #: the query's local_dir option, set by the runtime before open() (storage.private_dir's root for
+    #: local copies such as fetched objects; None: INCREMENTS_LOCAL_DIR or the temp dir)
+    local_dir: str | None = None
     #: read() takes columns= (the only columns the query reads) and may leave the others null
     reads_columns: bool = False
     #: the attributes one query's run sets on its source, with their initial values (for_query)
@@ -47,6 +50,7 @@ class Source(ABC):
         import copy
         clone = copy.copy(self)
         for name, value in {"index": 0, "checkpoint": None, "query_name": "", "query_storage_options": {},
+                            "local_dir": None,
                             **self._per_query}.items():
             setattr(clone, name, copy.copy(value))
         return clone
@@ -62,7 +66,7 @@ class Source(ABC):
              storage_options: dict[str, Any] | None = None) -> None:
         """Attach to the query's checkpoint (its files under sources/<index>/) before the first plan.
         `checkpoint` is a Location (a path or URL is accepted: made with `storage_options`);
-        `storage_options` are the query-level ones."""
+        `storage_options` are the query-level ones. (The runtime sets `local_dir` before.)"""
         self.checkpoint = storage.location(checkpoint, storage_options)
         self.index, self.query_name = index, query_name
         self.query_storage_options = dict(storage_options or {})

@@ -103,21 +103,30 @@ def check_unchanged(src, start: int, end: int) -> list[str]:
         facts, got = want.get(name), now.get(name)
         if got is None or got == facts:
             continue            # gone after it was read: nothing unread is lost
-        if got[0] == facts[0] and src.root().is_local:
-            # same size, new modification time: touched, or rewritten with the same bytes (as
-            # tests and copy tools do); not counted as a change (a local file has no etag)
-            log.info("%s", src.fail(f"file {src.display(name)} has a new modification time but its size is "
-                                     "unchanged since it was read; assuming the same content"))
-            continue
-        what = (f"size {facts[0]} -> {got[0]} bytes" if got[0] != facts[0]
-                else "rewritten in place: same size, new etag")
-        msg = (f"file {src.display(name)} changed after the previous batch read it ({what}): the rows written "
-               "to it since were not read and never will be (each file is read once). Files must be complete "
-               "when they land: write each file elsewhere (or under a name starting with '.' or '_', which "
-               "the source ignores) and rename it into place (or upload it in one put) when it is complete.")
-        if src.fail_on_data_loss:
-            raise DataLossError(src.fail(msg + " Put the new rows in a new file and restore this one, or set "
-                                                "fail_on_data_loss=False to go on without them (logged and reported)."))
-        log.warning("%s", src.fail(msg + " Going on (fail_on_data_loss=False)."))
-        changed.append(src.display(name))
+        if src._window is not None and src._window.accepted(name, got):
+            continue            # the plan's window check reported it already (fail_on_data_loss=False)
+        if report_change(src, name, facts, got):
+            changed.append(src.display(name))
     return changed
+
+
+def report_change(src, name: str, was: tuple, got: tuple, when: str = "the previous batch read it") -> bool:
+    """File `name`, read when its facts were `was`, now has `got`: False when that is no change (a
+    local file with the same size and a new mtime: touched, or rewritten with the same bytes as
+    tests and copy tools do; logged); else DataLossError naming the file and `when`, or with
+    fail_on_data_loss=False a warning and True (the caller counts and reports it)."""
+    if got[0] == was[0] and src.root().is_local:
+        log.info("%s", src.fail(f"file {src.display(name)} has a new modification time but its size is "
+                                 "unchanged since it was read; assuming the same content"))
+        return False
+    what = f"size {was[0]} -> {got[0]} bytes" if got[0] != was[0] else "rewritten in place: same size, new etag"
+    msg = (f"file {src.display(name)} changed after {when} ({what}): the rows written to it since were not read "
+           "and never will be (each file is read once). Files must be complete when they land: write each file "
+           "elsewhere (or under a name starting with '.' or '_', which the source ignores) and rename it into "
+           "place (or upload it in one put) when it is complete.")
+    if src.fail_on_data_loss:
+        raise DataLossError(src.fail(msg + " Put the new rows in a new file and restore this one, or set "
+                                            "fail_on_data_loss=False to go on without them (logged and reported)."))
+    log.warning("%s", src.fail(msg + " Going on (fail_on_data_loss=False)."))
+    return True
+

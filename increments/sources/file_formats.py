@@ -48,8 +48,36 @@ def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
         line, reason = diagnose_json_lines(data.split(b"\n"), schema)
         if line is None:
+            line, reason = duplicate_key_line(data)
+        if line is None:
             raise MalformedInputError(f"file {path}: cannot be read as JSON lines with schema ({schema}): {e}") from e
         raise MalformedInputError(f"file {path}, line {line}: {reason}") from e
+
+
+def duplicate_key_line(data: bytes) -> tuple[int | None, str]:
+    """(1-based line, reason) of the first JSON object with a key given twice (at any depth), which
+    pyarrow refuses and reports by its row in a block ("row 0"); (None, "") when there is none.
+    Only run on a file that already failed, so a Python pass over its lines is acceptable."""
+    import json
+
+    def pairs(items: list) -> dict:
+        seen = set()
+        for k, _ in items:
+            if k in seen:
+                raise KeyError(k)
+            seen.add(k)
+        return dict(items)
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if raw.count(b'"') < 4 or not raw.strip():
+            continue
+        try:
+            json.loads(raw, object_pairs_hook=pairs)
+        except KeyError as e:
+            return n, (f"the JSON object has the key {e.args[0]!r} twice; each key may appear once per object (fix "
+                       "the writer of this file)")
+        except ValueError:
+            continue
+    return None, ""
 
 
 def check_utf8(path: str, data: bytes) -> None:
@@ -222,7 +250,69 @@ def read_csv(path: str, schema: Schema, header: bool = False, delimiter: str = "
         if "UTF8" in str(e) or "UTF-8" in str(e):
             with open(path, "rb") as f:
                 check_utf8(path, f.read())
+        where = _csv_bad_value(path, schema, header, delimiter, str(e))
+        if where is not None:
+            raise MalformedInputError(f"file {path}, {where} ({e})") from e
         raise MalformedInputError(f"file {path}: {_csv_reason(str(e))}") from e
+
+
+def _csv_bad_value(path: str, schema: Schema, header: bool, delimiter: str, msg: str) -> str | None:
+    """'line L: column 'c' has value 'v', which is not a T' for the CSV conversion error `msg`
+    ("In CSV column #k: ... invalid value 'v'"): the file read again as text, the first row of
+    that column whose value does not convert (found by halving: a few vectorised casts), and its
+    line (a header and blank lines, which the reader skips, counted). None when not found."""
+    import re
+    m = re.search(r"CSV column #(\d+)", msg)
+    if m is None:
+        return None
+    arrow_schema = schema.to_arrow()
+    read_opts = (pacsv.ReadOptions(autogenerate_column_names=False) if header
+                 else pacsv.ReadOptions(column_names=schema.names))
+    try:
+        text = pacsv.read_csv(path, read_options=read_opts, parse_options=pacsv.ParseOptions(delimiter=delimiter),
+                              convert_options=pacsv.ConvertOptions(
+                                  column_types={n: pa.string() for n in schema.names}, include_columns=schema.names,
+                                  strings_can_be_null=True))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    col = text.column_names[int(m.group(1))] if int(m.group(1)) < text.num_columns else None
+    if col is None:
+        return None
+    values = text.column(col).combine_chunks()
+    target = arrow_schema.field(col).type
+
+    def fails(arr: pa.Array) -> bool:
+        try:
+            arr.cast(target)
+            return False
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return True
+    if not fails(values):
+        return None
+    lo, hi = 0, len(values)                    # the first failing row is in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails(values.slice(lo, mid - lo)):
+            hi = mid
+        else:
+            lo = mid
+    line = _csv_line_of_row(path, lo, header)
+    return (f"line {line}: column {col!r} has value {values[lo].as_py()!r}, which is not a "
+            f"{next(f.duckdb_type for f in schema.fields if f.name == col)}; fix the value, or declare the column "
+            f"as STRING and convert it in the query")
+
+
+def _csv_line_of_row(path: str, row: int, header: bool) -> int:
+    """The 1-based line of data row `row` (0-based), counting the header and blank lines the reader skips."""
+    k = -1 if header else 0
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip(b"\r\n"):
+                continue
+            if k == row:
+                return n
+            k += 1
+    return row + (2 if header else 1)
 
 
 def _csv_reason(msg: str) -> str:

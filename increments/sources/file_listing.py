@@ -55,14 +55,14 @@ class LocalCopy:
     """A local path holding the object: the file itself when local, else a private copy that is
     deleted on exit (FileNotFoundError when the object is gone)."""
 
-    def __init__(self, loc: Location, name: str):
-        self.loc, self.name, self.tmp = loc, name, None
+    def __init__(self, loc: Location, name: str, local_dir: str | None = None):
+        self.loc, self.name, self.tmp, self.local_dir = loc, name, None, local_dir
 
     def __enter__(self) -> str:
         p = self.loc.local_path(self.name)
         if p is not None:
             return p
-        self.tmp = self.loc.fetch_local(self.name, storage.private_dir(None, "fetch"))
+        self.tmp = self.loc.fetch_local(self.name, storage.private_dir(self.local_dir, "fetch"))
         return self.tmp
 
     def __exit__(self, *exc: Any) -> None:
@@ -74,10 +74,11 @@ class LocalCopy:
 
 
 @contextmanager
-def concatenated(keys: list[str], content: Callable[[str], bytes], threads: int = 1) -> Iterator[str]:
+def concatenated(keys: list[str], content: Callable[[str], bytes], threads: int = 1,
+                 local_dir: str | None = None) -> Iterator[str]:
     """A private local file holding the contents of `keys` in order, each ended by a newline
     (JSON lines stay JSON lines); deleted on exit. `content` raises FileNotFoundError for a gone file."""
-    fd, tmp = tempfile.mkstemp(dir=storage.private_dir(None, "fetch"), prefix="batch-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=storage.private_dir(local_dir, "fetch"), prefix="batch-", suffix=".json")
     try:
         with os.fdopen(fd, "wb") as out, ThreadPoolExecutor(threads) as pool:
             for data in pool.map(content, keys):

@@ -25,7 +25,8 @@ An AvailableNow drain's target is the last name available when it starts (the ol
 of paths, is read as its last name); backlog() counts the files after the last name read.
 
 Reads: a local file is read in place; an object is fetched into a private local file
-(storage.private_dir(None, "fetch")), read by the same readers, and the copy deleted. A batch of
+(storage.private_dir(local_dir, "fetch"): the query's local_dir option, else INCREMENTS_LOCAL_DIR,
+else the temp dir), read by the same readers, and the copy deleted. A batch of
 many JSON files is copied, in order, into one such file and read in one scan (a tiny file costs a
 fraction of a scan of its own); such batches are not read ahead file by file. Smaller batches
 are read ahead by the local runner (sources/prefetch.py): an object's prefetched rows are used
@@ -53,6 +54,7 @@ from .file_changes import check_unchanged
 from .file_listing import LocalCopy, concatenated, name_matches, split_glob, within_bytes
 from .base import Source
 from .prefetch import ReadAhead
+from .read_files_window import DEFAULT_WINDOW, ReadFilesWindow
 from .seen_files import SeenFilesLog
 
 log = logging.getLogger("increments.sources.files")
@@ -74,11 +76,13 @@ MULTI_FILE_SCAN_MIN = 8
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
-                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None}
+                  "_prepare": None, "_entry_pool": None, "_entry_ahead": None, "_window": None,
+                  "_subfolders_checked": False}
 
     def __init__(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
                  fail_on_data_loss: bool = True, header: bool = False, delimiter: str = ",",
-                 storage_options: dict[str, Any] | None = None, wait_for_path: bool = False):
+                 storage_options: dict[str, Any] | None = None, wait_for_path: bool = False,
+                 changed_files_window: int = DEFAULT_WINDOW):
         path = os.fspath(path)
         storage.check_scheme(path, "files: path")
         fmt = format.lower().replace("jsonl", "json").replace("ndjson", "json")
@@ -89,6 +93,14 @@ class FileSource(Source):
                              f"{fmt!r} (e.g. schema=\"user_id STRING, event_time TIMESTAMP\")")
         if max_files_per_trigger is not None and max_files_per_trigger < 1:
             raise ValueError("max_files_per_trigger must be >= 1")
+        if not isinstance(changed_files_window, int) or isinstance(changed_files_window, bool) or \
+                changed_files_window < 0:
+            raise ValueError(f"read_stream.files: changed_files_window={changed_files_window!r}: give the number of "
+                             "most recently read files checked for changes at every plan (>= 0; 0: only the "
+                             "previous batch's files)")
+        self.changed_files_window = changed_files_window
+        self._window: ReadFilesWindow | None = None
+        self._subfolders_checked = False
         self.path = path
         self.root_url, self.pattern = split_glob(path)
         self.storage_options = dict(storage_options or {})
@@ -137,11 +149,50 @@ class FileSource(Source):
         super().open(checkpoint, index, query_name, storage_options)
         self._root = None
         self._log = SeenFilesLog(self.own_files())
+        self._window = ReadFilesWindow(self, self.changed_files_window)
+        if self.pattern is None and self._single_file():
+            return
         if self.pattern is None and not self.wait_for_path and not self._path_exists():
             raise FileNotFoundError(
                 f"query {query_name!r}, source {index} ({self.description}): the path {storage.redact_url(self.path)} "
                 "does not exist (no directory or file, and no object under that prefix). Create it, fix the path, "
                 "or pass wait_for_path=True to read_stream.files to start before it exists.")
+
+    def _single_file(self) -> bool:
+        """A path naming one file (not a directory) is read as that file: its directory listed with
+        the file's own name as the pattern (a file of that name landing later is read once it
+        lands). A directory that holds no file of its own but sub-directories that do reads nothing
+        (sub-directories are not listed without a glob): warned, naming the path and a glob to use."""
+        parent_url, _, base = self.root_url.rpartition("/")
+        if not base or parent_url.endswith(":/"):
+            return False
+        root = self.root()
+        local = root.local_path("")
+        if local is not None:
+            is_file = os.path.isfile(local)
+        else:                   # one HEAD (an object of that name), not a listing of the prefix
+            is_file = storage.location(parent_url, self.options()).head(base) is not None
+        if is_file:
+            self.root_url, self.pattern, self._root = parent_url or "/", _glob_escape(base), None
+        return is_file
+
+    def _warn_subfolders_only(self) -> None:
+        """Called by the first plan that finds no file to read (never a listing at start: a large
+        directory would pay it at every start)."""
+        self._subfolders_checked = True
+        try:
+            files, dirs = self.root().list_dir("")
+        except (OSError, storage.StorageError):
+            return
+        if [f for f in files if name_matches(f.name, None)] or not dirs:
+            return
+        deeper = [o.name for o in self.root().list("") if "/" in o.name and name_matches(o.name.rsplit("/", 1)[-1], None)]
+        if deeper:
+            depth = deeper[0].count("/")
+            log.warning("%s", self.fail(
+                f"the directory {storage.redact_url(self.path)} holds no file of its own, but its sub-directories "
+                f"hold {len(deeper)} (e.g. {deeper[0]}); a directory path reads only its own files, so this source "
+                f"reads nothing. To read them, use a glob: read_stream.files({(self.path.rstrip('/') + '/*' * depth + '/*')!r}, ...)"))
 
     def _path_exists(self) -> bool:
         root = self.root()
@@ -195,7 +246,7 @@ class FileSource(Source):
                                  "and no file to infer it from; pass schema=")
             import pyarrow.parquet as pq
             loc, name = first[0]
-            with LocalCopy(loc, name) as path:
+            with LocalCopy(loc, name, self.local_dir) as path:
                 self._schema = parse_schema(pq.read_schema(path))
         return self._schema.to_arrow()
 
@@ -206,9 +257,13 @@ class FileSource(Source):
     def _new_files(self, start: int, limited: bool) -> list[ObjectInfo]:
         assert self._log is not None
         last = self._log.last(start, self._rel)
+        # every file read within the window, unchanged? (read_files_window.py; its listing serves below)
+        fresh = self._window.check(start, last) if self._window is not None else None
         m = self.max_files_per_trigger if limited else None
         cached = self._listed
-        if m and cached is not None and cached[0] == start and cached[1] == last and len(cached[2]) >= m:
+        if fresh is not None:
+            new = fresh
+        elif m and cached is not None and cached[0] == start and cached[1] == last and len(cached[2]) >= m:
             new = cached[2]
         else:
             new = self.list_after(last)
@@ -225,6 +280,8 @@ class FileSource(Source):
             new = listed[:m]
             upcoming = within_bytes(listed[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
         if not new:
+            if start < 0 and self.pattern is None and not self._subfolders_checked:
+                self._warn_subfolders_only()
             return start
         entry = self._entry_written_ahead(start + 1, new)
         if entry is None:
@@ -269,6 +326,11 @@ class FileSource(Source):
         assert self._log is not None
         return [_key(f) for f in self._log.files_between(start, end)]
 
+    def commit(self, end: int) -> None:
+        """After commits[N]: the window index, every INDEX_EVERY entries (read_files_window.py)."""
+        if self._window is not None:
+            self._window.write_index(end)
+
     def backlog(self, end: int) -> dict[str, Any] | None:
         if self._log is None:
             return None
@@ -289,6 +351,8 @@ class FileSource(Source):
         Spark's scan reads only the columns a query uses (a bad value in an unread column is not
         seen); a malformed line or file fails the batch either way."""
         changed = self._check_unchanged(start, end)
+        if self._window is not None:       # reported by a plan's window check since the last read
+            changed = self._window.take_pending() + [c for c in changed if c not in self._window.pending]
         files = self.files_for(start, end)
         cols = columns if self.reads_columns else None
         together = self._read_together(files, cols)
@@ -322,7 +386,7 @@ class FileSource(Source):
         for key in self.files_for(start, end):
             loc, name = self._where(key)
             try:
-                with LocalCopy(loc, name) as path, open(path, "rb") as f:
+                with LocalCopy(loc, name, self.local_dir) as path, open(path, "rb") as f:
                     for n, line in enumerate(f, 1):
                         if any(x in line for x in needles):
                             return f"file {self.display(key)}, line {n}"
@@ -352,7 +416,7 @@ class FileSource(Source):
             with open(p, "rb") as fh:
                 return fh.read()
         try:
-            with concatenated(keys, content, 1 if self.root().is_local else 8) as path:
+            with concatenated(keys, content, 1 if self.root().is_local else 8, self.local_dir) as path:
                 return file_formats.read_json_lines_many([path], self._schema, columns)
         except (OSError, storage.StorageError):
             return None
@@ -459,7 +523,7 @@ class FileSource(Source):
     def decode_at(self, loc: Location, name: str, columns: list[str] | None = None) -> pa.Table:
         """The rows of one file (FileNotFoundError when it is gone; MalformedInputError naming it)."""
         shown = loc.join(name)
-        with LocalCopy(loc, name) as path:
+        with LocalCopy(loc, name, self.local_dir) as path:
             if loc.local_path(name) is not None and not os.path.isfile(path):
                 raise FileNotFoundError(shown)
             try:
@@ -472,6 +536,11 @@ class FileSource(Source):
                 msg = str(e).replace(path, shown) if path != shown else str(e)
                 raise MalformedInputError(self.fail(msg + ". Fix or remove the file; nothing of it was "
                                                           "processed.")) from e
+
+
+def _glob_escape(name: str) -> str:
+    """`name` as a pattern matching only itself (fnmatch: each wildcard character in brackets)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _key(f: Any) -> str:

@@ -109,9 +109,10 @@ class Location:
     def head(self, name: str) -> ObjectInfo | None:
         raise NotImplementedError
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None) -> list[ObjectInfo]:
         """Every object under `prefix` (a '/'-ended directory name or '' for all), recursively,
-        in name order; with `start_after`, only names > it. Names are relative to this location."""
+        in name order; with `start_after`, only names > it; with `limit`, at least the first `limit`
+        of them (a store may return its whole last page). Names are relative to this location."""
         raise NotImplementedError
 
     def list_dir(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
@@ -237,6 +238,7 @@ def private_dir(base: str | None = None, *parts: str) -> str:
     root = base or os.environ.get("INCREMENTS_LOCAL_DIR") or os.path.join(
         tempfile.gettempdir(), f"increments-{os.getuid()}")
     root = os.path.abspath(root)
+    _refuse_link(root, root)
     os.makedirs(root, mode=0o700, exist_ok=True)
     st = os.stat(root)
     if st.st_uid != os.getuid():
@@ -247,9 +249,23 @@ def private_dir(base: str | None = None, *parts: str) -> str:
         raise StorageError(f"the local cache directory {root} can be written by other users (mode "
                            f"{st.st_mode & 0o777:o}); increments refuses to use it. chmod 700 it, or point "
                            "INCREMENTS_LOCAL_DIR (or the local_dir option) elsewhere.")
-    path = os.path.join(root, *parts)
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    path = root
+    for part in parts:        # each directory below the root too: a planted link would redirect the caches
+        path = os.path.join(path, part)
+        _refuse_link(path, root)
+        os.makedirs(path, mode=0o700, exist_ok=True)
     return path
+
+
+def _refuse_link(path: str, root: str) -> None:
+    """StorageError when `path` (the cache root or a directory below it) is a symbolic link: whoever
+    planted it would choose where increments writes and reads its caches."""
+    if os.path.islink(path):
+        raise StorageError(
+            f"the local cache directory {path} is a symbolic link (to {os.readlink(path)}); increments refuses to "
+            f"follow it (whoever planted it would choose where the caches are written and read). Remove it"
+            + (f" (the cache root is {root})" if path != root else "")
+            + ", or point INCREMENTS_LOCAL_DIR (or the local_dir option) at a real directory of yours.")
 
 
 __all__ = ["Location", "ObjectInfo", "StorageError", "UnknownSchemeError", "location", "scheme_of", "is_remote",

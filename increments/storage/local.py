@@ -129,7 +129,7 @@ class LocalLocation(Location):
             return None
         return _info(name, st) if stat.S_ISREG(st.st_mode) else None
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None) -> list[ObjectInfo]:
         base = self._p(prefix)
         out: list[ObjectInfo] = []
         pre = prefix.rstrip("/") + "/" if prefix else ""
@@ -149,7 +149,7 @@ class LocalLocation(Location):
                     continue
                 out.append(_info(name, st))
         out.sort(key=lambda o: o.name)
-        return out
+        return out[:limit] if limit else out
 
     def list_dir(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
         base = self._p(prefix)

@@ -159,14 +159,18 @@ class RemoteLocation(Location):
             raise self._fail("looking up", name, e) from None
         return _info(name, m)
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None) -> list[ObjectInfo]:
         import obstore
         pre = self._k(prefix.rstrip("/"))
         pre = pre + "/" if pre else None
         try:
             stream = obstore.list(self._store, pre, offset=self._k(start_after) if start_after else None,
-                                  chunk_size=1000)
-            out = [_info(self._rel(m["path"]), m) for chunk in stream for m in chunk]
+                                  chunk_size=min(1000, limit) if limit else 1000)
+            out = []
+            for chunk in stream:           # with a limit: the pages up to it only (S3 sends 1000 keys a page)
+                out += [_info(self._rel(m["path"]), m) for m in chunk]
+                if limit and len(out) >= limit:
+                    break
         except Exception as e:  # noqa: BLE001
             raise self._fail("listing", prefix, e) from None
         out.sort(key=lambda o: o.name)

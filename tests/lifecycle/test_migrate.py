@@ -174,3 +174,31 @@ def test_migrate_refuses_the_current_checkpoint_and_from_sink_without_an_old_que
                         "--backfill-from-sink"], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "has no metadata.json" in r.stderr and "--backfill earliest" in r.stderr, r.stderr
     assert not os.path.exists(str(tmp_path / "n"))          # refused before anything ran
+
+
+def test_a_rerun_of_a_finished_migrate_says_it_is_done(tmp_path):
+    """Issue 28 item 9: the same command again after the switch names the finished migration
+    (not "a different query or configuration"), removes a staging table a crash after the switch
+    left, and touches nothing else."""
+    from deltalake import DeltaTable, write_deltalake
+    inp = str(tmp_path / "in")
+    for f in range(2):
+        _file(inp, f)
+    old = _env(tmp_path, "chk_old", "out")
+    _run(old, "original")
+    cmd = [BIN, "migrate", "migrate_queries:changed", "--to", str(tmp_path / "chk_new"), "--backfill", "earliest"]
+    r = subprocess.run(cmd, env=old, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    version = DeltaTable(old["MIG_OUT"]).version()
+    staging = old["MIG_OUT"] + "__migrate"
+    write_deltalake(staging, DeltaTable(old["MIG_OUT"]).to_pyarrow_table())   # as left by a crash after the switch
+    again = subprocess.run(cmd, env=old, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 1
+    assert "this migration is done" in again.stderr and str(tmp_path / "chk_new") in again.stderr
+    assert "different query or configuration" not in again.stderr
+    assert "leftover staging table" in again.stderr and not os.path.exists(staging)
+    assert DeltaTable(old["MIG_OUT"]).version() == version
+    other = subprocess.run(cmd[:4] + [str(tmp_path / "chk_other")], env=old, capture_output=True, text=True,
+                           timeout=600)
+    assert other.returncode == 1 and "already migrated to" in other.stderr
+    assert not os.path.exists(str(tmp_path / "chk_other"))

@@ -135,3 +135,42 @@ def test_foreach_batch_two_tables_example_runs(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=root)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "all_orders: 15 rows, last batch 2" in p.stdout and "big_orders: 6 rows, last batch 2" in p.stdout
+
+
+def test_another_writer_retyping_a_column_is_refused_like_other_drift(tmp_path):
+    """Issue 28 item 9: another writer overwrites the sink's BIGINT column as STRING (schema
+    overwrite) while the query runs; the next batch is refused naming the column, its values never
+    land as strings; restoring the schema lets the query go on, each row once."""
+    import json as _json
+
+    from deltalake import write_deltalake
+
+    from increments.errors import SinkSchemaError
+    inp, chk, out = tmp_path / "in", str(tmp_path / "chk"), str(tmp_path / "out")
+    inp.mkdir()
+
+    def put(name, ids):
+        (inp / name).write_text("".join(_json.dumps({"id": i, "name": f"n{i}"}) + "\n" for i in ids))
+
+    def start():
+        return (inc.read_stream.files(str(inp), "json", "id BIGINT, name STRING", max_files_per_trigger=1)
+                .write_stream.format("delta").checkpoint_location(chk).query_name("retyped")
+                .trigger(processing_time="100 milliseconds").start(out))
+    put("a.json", [1, 2])
+    q = start()
+    q.process_all_available()
+    kept = DeltaTable(out).to_pyarrow_table()
+    write_deltalake(out, kept.set_column(0, "id", kept.column("id").cast(pa.string())), mode="overwrite",
+                    schema_mode="overwrite")                       # the other writer
+    put("b.json", [3])
+    with pytest.raises(inc.StreamingQueryException) as ei:
+        q.process_all_available()
+    assert isinstance(ei.value.cause, SinkSchemaError)
+    assert "column 'id' is string in the table but int64 in the output" in str(ei.value)
+    t = DeltaTable(out).to_pyarrow_table()
+    assert t.schema.field("id").type == pa.string() and sorted(t.column("id").to_pylist()) == ["1", "2"]
+    write_deltalake(out, kept, mode="overwrite", schema_mode="overwrite")   # the schema restored
+    q = start()
+    q.process_all_available()
+    q.stop()
+    assert sorted(DeltaTable(out).to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]

@@ -3,7 +3,7 @@
 * Delta sink on S3: batches commit once per (query, batch id), a replay is skipped; the query-level
   storage_options reach deltalake (merged under the sink's own); the Delta stream source reads the
   table's commits back through the store.
-* Parquet sink on S3: batch_id=N/part-0-<token>.parquet and _manifest/N.json, create-only; a
+* Parquet sink on S3: batch_id=N/part-0-<token>.parquet and _manifest/N.<query id>.json, create-only; a
   replayed batch (manifest present) writes nothing; read_parquet_sink reads through the manifests.
 * Dead-letter Delta table on S3.
 * read.files: a single file, a directory, a glob (files only); a missing path names it.
@@ -100,9 +100,9 @@ def test_parquet_sink_on_s3_writes_create_only_and_skips_replays(s3_bucket):
     assert replay.skipped_replay and replay.num_output_rows == 0
     loc = storage.location(out)
     names = [o.name for o in loc.list("")]
-    assert names[:2] == ["_manifest/0.json", "_manifest/1.json"]
+    assert names[:2] == ["_manifest/0.q-1.json", "_manifest/1.q-1.json"]
     assert len(names) == 4 and all(n.startswith(("batch_id=0/part-0-", "batch_id=1/part-0-")) for n in names[2:])
-    manifest = loc.read_json("_manifest/1.json")
+    manifest = loc.read_json("_manifest/1.q-1.json")
     assert manifest["num_rows"] == 1 and f"batch_id=1/{manifest['files'][0]}" in names
     # another runner (a zombie) of batch 1 finds it published and writes nothing
     other = ParquetSink(out)
@@ -239,9 +239,9 @@ def test_parquet_attempt_that_loses_the_manifest_race_removes_its_own_object(s3_
     loser.open(_ctx(s3_bucket))
     monkeypatch.setattr(loser.loc, "exists", lambda name: False)   # its check ran before the winner published
     assert winner.add_batch(0, _t([1])).num_output_rows == 1
-    published = storage.location(out).read_bytes("_manifest/0.json")
+    published = storage.location(out).read_bytes("_manifest/0.q-1.json")
     assert loser.add_batch(0, _t([1])).skipped_replay
-    assert storage.location(out).read_bytes("_manifest/0.json") == published
+    assert storage.location(out).read_bytes("_manifest/0.q-1.json") == published
     assert len([o for o in storage.location(out).list("") if o.name.startswith("batch_id=0/")]) == 1
     assert read_parquet_sink(out).column("id").to_pylist() == [1]
 

@@ -45,3 +45,40 @@ def test_a_prefix_holding_objects_is_a_path_that_exists(s3_bucket, tmp_path):
     q = _start(f"{s3_bucket}/in", "one_object", str(tmp_path / "chk"))
     q.await_termination()
     assert q.exception() is None
+
+
+# -- issue 28 item 9: a single file, a directory whose files are all in sub-directories ----------------------
+def test_a_single_file_path_is_read(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(3)))
+    (d / "b.json").write_text(json.dumps({"id": 9}) + "\n")          # beside it: not this source's
+    q = _start(str(d / "a.json"), "one_file", str(tmp_path / "chk"))
+    q.await_termination()
+    assert q.exception() is None
+    assert sorted(r["id"] for r in inc.memory_table("one_file").to_pylist()) == [0, 1, 2]
+
+
+def test_a_single_object_on_s3_is_read(s3_bucket, tmp_path):
+    loc = storage.location(f"{s3_bucket}/one")
+    loc.write_bytes("a.json", b'{"id": 1}\n{"id": 2}\n')
+    loc.write_bytes("ab.json", b'{"id": 7}\n')
+    q = _start(f"{s3_bucket}/one/a.json", "one_object", str(tmp_path / "chk"))
+    q.await_termination()
+    assert q.exception() is None
+    assert sorted(r["id"] for r in inc.memory_table("one_object").to_pylist()) == [1, 2]
+
+
+def test_a_directory_with_files_only_in_subdirectories_warns_naming_a_glob(tmp_path, caplog):
+    d = tmp_path / "in"
+    (d / "2026-01-01").mkdir(parents=True)
+    (d / "2026-01-01" / "a.json").write_text(json.dumps({"id": 1}) + "\n")
+    with caplog.at_level("WARNING", logger="increments.sources.files"):
+        q = _start(str(d), "nested", str(tmp_path / "chk"))
+        q.await_termination()
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert f"the directory {d} holds no file of its own" in msg and "2026-01-01/a.json" in msg
+    assert f"read_stream.files('{d}/*/*'" in msg
+    q = _start(f"{d}/*/*", "nested_glob", str(tmp_path / "chk2"))     # the advice works
+    q.await_termination()
+    assert [r["id"] for r in inc.memory_table("nested_glob").to_pylist()] == [1]

@@ -95,8 +95,8 @@ def list_calls(monkeypatch):
     calls = []
     real = RemoteLocation.list
 
-    def spy(self, prefix="", *, start_after=None):
-        out = real(self, prefix, start_after=start_after)
+    def spy(self, prefix="", *, start_after=None, limit=None):
+        out = real(self, prefix, start_after=start_after, limit=limit)
         calls.append((start_after, [o.name for o in out]))
         return out
     monkeypatch.setattr(RemoteLocation, "list", spy)
@@ -107,7 +107,7 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     inp = storage.location(f"{s3_bucket}/in")
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda k: inp.write_bytes(f"f{k:05d}.json", _json([k])), range(2100)))
-    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
+    src = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk", changed_files_window=0)
     assert src.latest_offset(-1) == 0
     assert len(src.files_for(-1, 0)) == 2100
     assert _ids(src.read(-1, 0)) == list(range(2100))            # many objects: one scan, in name order
@@ -121,6 +121,17 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     assert src.latest_offset(1) == 1
     assert list_calls == [("f99999.json", [])]
     assert src.backlog(0) == {"files_pending": 2} and src.backlog(1) == {"files_pending": 0}
+    # with the check of the files read (the default window): two listings a plan whatever the
+    # window: from the last 1,000 files read on (new files included: the plan's listing too), and
+    # one page of 1,000 at the slice of older files that moves on at each plan
+    win = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
+    list_calls.clear()
+    assert win.latest_offset(1) == 1
+    assert [(c[1][0], c[1][-1], len(c[1])) for c in list_calls] == [
+        ("f01102.json", "f99999.json", 1000), ("f00000.json", "f00999.json", 1000)]
+    list_calls.clear()
+    assert win.latest_offset(1) == 1
+    assert [c[1][0] for c in list_calls] == ["f01102.json", "f01000.json"]
 
 
 def test_many_local_files_list_only_the_new_ones(tmp_path):
@@ -319,3 +330,24 @@ def test_the_newest_seen_files_entry_is_found_on_s3(s3_bucket, fetch_dir):
     for n in range(11):
         assert src.latest_offset(n - 1) == n
     assert src._log.newest() == 10                      # numerically, not by name ("9" > "10")
+
+
+@pytest.mark.parametrize("files", [1, 9])       # one fetched object; many copied into one scan
+def test_fetched_objects_go_under_the_local_dir_option(s3_bucket, tmp_path, monkeypatch, pg_url, files):
+    """Issue 28 item 9: the query's local_dir option is where objects are fetched to: with the
+    default root unusable (INCREMENTS_LOCAL_DIR under a regular file), the query still reads."""
+    import increments as inc
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("INCREMENTS_LOCAL_DIR", str(tmp_path / "not-a-dir" / "cache"))
+    inp = storage.location(f"{s3_bucket}/ld{files}")
+    for k in range(files):
+        inp.write_bytes(f"f{k}.json", _json([k]))
+    local = tmp_path / "mine"
+    q = (inc.read_stream.files(f"{s3_bucket}/ld{files}", "json", SCHEMA).write_stream.format("memory")
+         .query_name(f"local_dir_{files}").checkpoint_location(f"{s3_bucket}/chk-ld{files}")
+         .option("log_url", pg_url).option("local_dir", str(local)).option("state_store", "memory")
+         .trigger(available_now=True).start())
+    q.await_termination()
+    assert q.exception() is None
+    assert sorted(r["id"] for r in inc.memory_table(f"local_dir_{files}").to_pylist()) == list(range(files))
+    assert (local / "fetch").is_dir() and list((local / "fetch").iterdir()) == []   # copies removed after reading

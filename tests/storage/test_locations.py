@@ -62,3 +62,31 @@ def test_private_cache_dir_refuses_a_directory_others_can_write(tmp_path):
     (tmp_path / "cache").chmod(0o777)
     with pytest.raises(storage.StorageError, match="can be written by other users"):
         storage.private_dir(str(tmp_path / "cache"))
+
+
+def test_a_symlink_planted_in_the_cache_root_is_refused(tmp_path):
+    """Issue 28 item 9: a link at the root, or at a directory below it, is not followed."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    root = tmp_path / "cache"
+    storage.private_dir(str(root))
+    (root / "fetch").symlink_to(elsewhere)
+    with pytest.raises(storage.StorageError, match=r"cache/fetch is a symbolic link \(to .*elsewhere\)"):
+        storage.private_dir(str(root), "fetch")
+    link = tmp_path / "linked-root"
+    link.symlink_to(elsewhere)
+    with pytest.raises(storage.StorageError, match="linked-root is a symbolic link"):
+        storage.private_dir(str(link), "state")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_symlink_planted_among_the_working_copies_is_refused(tmp_path):
+    from state.working import StateStoreError, private_store_dir
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    (root / "agg").symlink_to(elsewhere)
+    with pytest.raises(StateStoreError, match="agg is a symbolic link"):
+        private_store_dir(str(root), "agg", 0)
+    assert list(elsewhere.iterdir()) == []

@@ -1,0 +1,313 @@
+"""Soak: does a long-running query's memory stay flat? (issue 28 item 10)
+
+    .venv/bin/python bench/soak.py [--minutes 10 | --hours 4] [--source files|kafka] [--sink parquet|delta|discard]
+                                   [--rate 800] [--files-per-second 4] [--keys 5000] [--warmup 3]
+                                   [--tracemalloc] [--dagster]
+
+The query: a windowed aggregation (with_watermark 10 s, 1-minute tumbling windows, group by the
+window and one of --keys keys, count and sum) in append mode, trigger processing_time="1 second",
+on the local runner (or, with --dagster, one in-process Dagster run per batch of the query's
+fanned-out job, state_partitions 2). A feeder thread in this process writes --rate rows a second
+as --files-per-second small JSON-lines files (renamed into place), or produces them to a topic of
+the Tansu broker fixture (tests/broker.py) with --source kafka; event times are the wall clock,
+so windows close and state stays bounded (~1.3 windows x keys rows).
+
+Every 10 s the soak samples this process: resident memory (VmRSS), open file descriptors,
+threads, the checkpoint's size on disk and the state rows of the last progress. At the end it
+prints the samples once a minute and the memory slope: a least-squares line through the RSS
+samples after --warmup minutes, in MB per minute (0 is flat; the issue's probe saw +3.6 MB/min
+before the fixes), with the fds/threads/checkpoint range over the same span. With --tracemalloc
+it also prints the 15 allocation sites that grew most between the first sample after warm-up
+and the last (Python allocations only: RocksDB, DuckDB and Arrow's own memory are not traced).
+
+The soak stops by itself (its duration) and stops the feeder, the query and the broker it started.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+import increments as inc  # noqa: E402
+from increments import functions as F  # noqa: E402
+
+SCHEMA = "key STRING, amount BIGINT, event_time TIMESTAMP"
+SAMPLE_S = 10
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def arrow_mb() -> float:
+    """Bytes the Arrow memory pool holds for live buffers (not what the allocator keeps cached)."""
+    import pyarrow as pa
+    return pa.total_allocated_bytes() / 1e6
+
+
+def duckdb_mb() -> float:
+    """DuckDB's own accounting of the process's database (its buffer manager), from a cursor of
+    this thread (a cursor is its own connection to the one database)."""
+    from increments import sql
+    if sql._db is None:
+        return 0.0
+    cur = sql._db.cursor()
+    try:
+        return (cur.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchone()[0] or 0) / 1e6
+    finally:
+        cur.close()
+
+
+def du_mb(path: str) -> float:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for fn in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, fn)).st_size
+            except OSError:
+                pass
+    return total / 1e6
+
+
+def lines(n: int, keys: int, rnd: random.Random) -> list[str]:
+    now = datetime.now(timezone.utc).isoformat()
+    return [json.dumps({"key": f"k{rnd.randrange(keys)}", "amount": i, "event_time": now}) for i in range(n)]
+
+
+class Feeder(threading.Thread):
+    """Writes `rate` rows a second as `per_second` files (or Kafka messages) until stopped."""
+
+    def __init__(self, args, inp: str | None, bootstrap: str | None, topic: str | None):
+        super().__init__(daemon=True, name="soak-feeder")
+        self.args, self.inp, self.bootstrap, self.topic = args, inp, bootstrap, topic
+        self.stop = threading.Event()
+        self.rows = 0
+
+    def run(self) -> None:
+        per_file = max(1, self.args.rate // self.args.files_per_second)
+        period = 1.0 / self.args.files_per_second
+        producer = None
+        if self.bootstrap:
+            from confluent_kafka import Producer
+            producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        seq, nxt, rnd = 0, time.monotonic(), random.Random(28)
+        while not self.stop.is_set():
+            batch = lines(per_file, self.args.keys, rnd)
+            if producer is not None:
+                for v in batch:
+                    producer.produce(self.topic, value=v.encode())
+                producer.poll(0)
+            else:
+                name = f"{time.time_ns():020d}-{seq:09d}.json"
+                tmp = os.path.join(self.inp, "_" + name)
+                with open(tmp, "w") as f:
+                    f.write("\n".join(batch) + "\n")
+                os.rename(tmp, os.path.join(self.inp, name))
+            seq += 1
+            self.rows += per_file
+            nxt += period
+            self.stop.wait(max(0.0, nxt - time.monotonic()))
+        if producer is not None:
+            producer.flush(30)
+
+
+def build(args, work: str, bootstrap: str | None, topic: str | None):
+    if args.source == "kafka":
+        frame = (inc.read_stream.kafka(bootstrap_servers=bootstrap, topic=topic, starting_offsets="earliest")
+                 .parse_json(SCHEMA))
+    else:
+        frame = inc.read_stream.files(os.path.join(work, "in"), "json", SCHEMA)
+    agg = (frame.with_watermark("event_time", "10 seconds")
+           .group_by(F.window("event_time", "1 minute"), "key")
+           .agg(F.count().alias("n"), F.sum("amount").alias("total")))
+    if args.query == "stateless":
+        agg = frame.select("key", "amount", "event_time")
+    w = (agg.write_stream.output_mode("append").checkpoint_location(os.path.join(work, "chk")).query_name("soak")
+         .option("state_store", args.state_store))
+    if args.sink == "discard":
+        return w.foreach_batch(lambda table, batch_id: None)
+    return w.format(args.sink)
+
+
+def slope(samples: list[dict], key: str) -> float:
+    xs = [s["t"] / 60 for s in samples]
+    ys = [s[key] for s in samples]
+    if len(xs) < 2:
+        return float("nan")
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else float("nan")
+
+
+def run_local(args, work: str, bootstrap, topic, sample) -> None:
+    q = build(args, work, bootstrap, topic).trigger(processing_time="1 second").start(os.path.join(work, "out"))
+    try:
+        sample(lambda: (q.last_progress or {}), lambda: q.exception())
+    finally:
+        q.stop()
+    if q.exception() is not None:
+        raise q.exception()
+
+
+def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
+    """One in-process Dagster run of the query's fanned-out batch job (one partition op per state
+    partition) per second, on one ephemeral instance (its run history is deleted as it goes, as a
+    deployment's retention would: it is Dagster's memory, not the query's)."""
+    import dagster as dg
+
+    from orchestration import build_definitions
+
+    def factory():
+        return build(args, work, bootstrap, topic).option("state_partitions", 2).trigger(processing_time="1 second")
+    factory.__name__ = "soak"
+    defs = build_definitions([(factory, {"path": os.path.join(work, "out"), "sensor_status": "stopped",
+                                         "fanout": True})], asset_root=work)
+    job = defs.get_job_def("soak_batch")
+    inst = dg.DagsterInstance.ephemeral()
+    last: dict = {}
+    stop = threading.Event()
+    error: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                res = job.execute_in_process(instance=inst, raise_on_error=True)
+                run = inst.get_run_by_id(res.run_id)
+                last["batch_id"] = run.tags.get("increments/batch_id", last.get("batch_id"))
+                inst.delete_run(res.run_id)
+                stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+        except BaseException as e:  # noqa: BLE001 - reported by the sampler
+            error.append(e)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        sample(lambda: last, lambda: error[0] if error else None)
+    finally:
+        stop.set()
+        t.join()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--hours", type=float, default=None, help="overrides --minutes")
+    ap.add_argument("--source", choices=("files", "kafka"), default="files")
+    ap.add_argument("--sink", choices=("parquet", "delta", "discard"), default="parquet")
+    ap.add_argument("--rate", type=int, default=800, help="rows per second")
+    ap.add_argument("--files-per-second", type=int, default=4)
+    ap.add_argument("--keys", type=int, default=5000)
+    ap.add_argument("--warmup", type=float, default=3.0, help="minutes left out of the slope")
+    ap.add_argument("--state-store", choices=("rocksdb", "memory"), default="rocksdb")
+    ap.add_argument("--query", choices=("window", "stateless"), default="window",
+                    help="stateless: the same input, no aggregation (to tell the state's share)")
+    ap.add_argument("--tracemalloc", action="store_true")
+    ap.add_argument("--dagster", action="store_true", help="one in-process Dagster run per batch (fanned out)")
+    ap.add_argument("--work", default=None, help="working directory (default: a new temporary one, removed)")
+    args = ap.parse_args()
+    minutes = args.hours * 60 if args.hours is not None else args.minutes
+    work = args.work or tempfile.mkdtemp(prefix="soak-")
+    os.makedirs(os.path.join(work, "in"), exist_ok=True)
+    broker = bootstrap = topic = None
+    if args.source == "kafka":
+        from broker import create_topic, start_tansu
+        os.makedirs(os.path.join(work, "tansu"), exist_ok=True)
+        broker, bootstrap = start_tansu(os.path.join(work, "tansu"))
+        topic = create_topic(bootstrap, "soak")
+    if args.tracemalloc:
+        import tracemalloc
+        tracemalloc.start(25)
+    samples: list[dict] = []
+    snaps: list = []
+    feeder = Feeder(args, os.path.join(work, "in"), bootstrap, topic)
+
+    def sample(progress, failed) -> None:
+        t0 = time.monotonic()
+        feeder.start()
+        while time.monotonic() - t0 < minutes * 60:
+            time.sleep(SAMPLE_S)
+            err = failed()
+            if err is not None:
+                raise RuntimeError(f"the query failed: {err}")
+            p = progress()
+            state = sum(op.get("num_rows_total", 0) for op in p.get("state_operators", []))
+            s = {"t": time.monotonic() - t0, "rss": rss_mb(), "arrow": arrow_mb(), "duckdb": duckdb_mb(),
+                 "fds": fds(), "threads": threads(),
+                 "chk": du_mb(os.path.join(work, "chk")), "state": state, "batch": p.get("batch_id"),
+                 "fed": feeder.rows}
+            samples.append(s)
+            if args.tracemalloc and s["t"] >= args.warmup * 60 and not snaps:
+                import tracemalloc
+                snaps.append(tracemalloc.take_snapshot())
+        if args.tracemalloc:
+            import tracemalloc
+            snaps.append(tracemalloc.take_snapshot())
+        feeder.stop.set()
+        feeder.join()
+
+    try:
+        (run_dagster if args.dagster else run_local)(args, work, bootstrap, topic, sample)
+    finally:
+        feeder.stop.set()
+        if broker is not None:
+            broker.kill()
+            broker.wait()
+    report(args, minutes, samples, snaps)
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(args, minutes: float, samples: list[dict], snaps: list) -> None:
+    mode = "dagster fan-out" if args.dagster else "local runner"
+    print(f"soak: {args.source} -> {args.sink}, {mode}, {args.rate} rows/s as {args.files_per_second}/s, "
+          f"{args.keys} keys, {minutes:g} min")
+    print(f"{'min':>6} {'batch':>7} {'rss MB':>8} {'arrow':>6} {'duckdb':>6} {'fds':>5} {'thr':>4} {'chk MB':>7} "
+          f"{'state':>7} {'fed':>9}")
+    shown = -1
+    for s in samples:
+        if int(s["t"] // 60) != shown or s is samples[-1]:
+            shown = int(s["t"] // 60)
+            print(f"{s['t'] / 60:6.1f} {s['batch'] if s['batch'] is not None else '-':>7} {s['rss']:8.1f} "
+                  f"{s['arrow']:6.1f} {s['duckdb']:6.1f} {s['fds']:5d} {s['threads']:4d} {s['chk']:7.1f} {s['state']:7d} {s['fed']:9d}")
+    warm = [s for s in samples if s["t"] >= args.warmup * 60]
+    if len(warm) < 2:
+        print("too short for a slope after the warm-up")
+        return
+    rng = lambda k: f"{min(s[k] for s in warm):g}..{max(s[k] for s in warm):g}"  # noqa: E731
+    print(f"memory slope after {args.warmup:g} min warm-up: {slope(warm, 'rss'):+.2f} MB/min "
+          f"(rss {warm[0]['rss']:.0f} -> {warm[-1]['rss']:.0f} MB; Arrow pool {slope(warm, 'arrow'):+.2f}, DuckDB "
+          f"{slope(warm, 'duckdb'):+.2f} MB/min); fds {rng('fds')}, threads {rng('threads')}, "
+          f"checkpoint {slope(warm, 'chk'):+.3f} MB/min ({warm[-1]['chk']:.1f} MB), state rows {rng('state')}")
+    if len(snaps) >= 2:
+        print("tracemalloc: the 15 sites that grew most after the warm-up")
+        for st in snaps[-1].compare_to(snaps[0], "traceback")[:15]:
+            print(f"  {st.size_diff / 1e6:+8.2f} MB {st.count_diff:+8d} blocks  "
+                  + " <- ".join(f"{fr.filename.rsplit('/', 2)[-1]}:{fr.lineno}" for fr in list(st.traceback)[-4:]))
+
+
+if __name__ == "__main__":
+    main()
