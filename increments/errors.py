@@ -5,9 +5,17 @@ line, partition or offset where that is known) and says what to do next.
 """
 from __future__ import annotations
 
+from .redaction import redact
+
 
 class IncrementsError(Exception):
-    """Base class of every error increments raises on purpose."""
+    """Base class of every error increments raises on purpose. Its message is redacted
+    (increments/redaction.py): no URL credential or known secret reaches a user through it."""
+
+    def __init__(self, *args: object):
+        args = tuple(redact(a) if isinstance(a, str) else a for a in args)
+        super().__init__(*args)
+        self.args = args
 
 
 class AnalysisException(IncrementsError):
