@@ -266,6 +266,8 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
         context.log_event(dg.AssetCheckEvaluation(
             asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
             description=desc, severity=dg.AssetCheckSeverity.WARN))
+    from .freshness import commit_evaluation
+    context.log_event(commit_evaluation(spec, rt))
     context.log_event(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",

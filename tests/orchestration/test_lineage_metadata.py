@@ -36,6 +36,11 @@ def _write(tmp_path, n: int) -> list[str]:
     return names
 
 
+def _write_one(tmp_path, name: str) -> None:
+    with open(os.path.join(str(tmp_path), "landing", "clicks", name), "w") as out:
+        out.write(json.dumps({"campaign_id": "c2", "user_id": "u", "event_time": "2026-01-01T09:00:00Z"}) + "\n")
+
+
 def _mat(inst, key):
     return inst.get_latest_materialization_event(dg.AssetKey(key)).asset_materialization
 
@@ -60,6 +65,22 @@ def test_silver_batch_names_its_bronze_batches_and_standard_metadata(tmp_path, m
     assert isinstance(b1.metadata["batch_id"], dg.TextMetadataValue)
     assert isinstance(b1.metadata["attempt"], dg.TextMetadataValue)
     assert "watermark" not in b1.metadata and "next_watermark" not in b1.metadata
+
+    # source observations (the freshness sensors): the backlog and a data version per source asset
+    res = defs.get_sensor_def("clicks_silver_freshness")(dg.build_sensor_context(instance=inst, definitions=defs))
+    obs = [e for e in res.asset_events if isinstance(e, dg.AssetObservation)]
+    assert [(o.asset_key.path, o.metadata["reader"].value, o.metadata["versions_behind"].value) for o in obs] == \
+        [(["delta", "lake", "clicks_bronze"], "clicks_silver", 2)]       # two bronze versions not read yet
+    assert "dagster/data_version" not in (obs[0].tags or {})           # bronze's versions are its materializations
+    res = defs.get_sensor_def("clicks_bronze_freshness")(dg.build_sensor_context(instance=inst, definitions=defs))
+    (o,) = [e for e in res.asset_events if isinstance(e, dg.AssetObservation)]
+    assert o.asset_key.path == ["files", "landing", "clicks"] and o.metadata["files_pending"].value == 0
+    assert o.tags["dagster/data_version"] == names[-1]                 # the newest file available
+    _write_one(tmp_path, "c-9.json")
+    res = defs.get_sensor_def("clicks_bronze_freshness")(dg.build_sensor_context(instance=inst, definitions=defs,
+                                                                                 cursor=res.cursor))
+    (o,) = [e for e in res.asset_events if isinstance(e, dg.AssetObservation)]
+    assert o.metadata["files_pending"].value == 1 and o.tags["dagster/data_version"] == "c-9.json"
 
     silver = defs.get_job_def("clicks_silver_batch").execute_in_process(instance=inst, raise_on_error=False)
     assert silver.success
