@@ -26,6 +26,7 @@ def _load(tmp_path, monkeypatch):
 
 def _write(tmp_path, n: int) -> list[str]:
     d = os.path.join(str(tmp_path), "landing", "clicks")
+    os.makedirs(d, exist_ok=True)
     names = []
     for f in range(n):
         names.append(f"c-{f}.json")
