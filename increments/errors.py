@@ -64,3 +64,9 @@ class StreamingQueryException(IncrementsError):
     def __init__(self, message: str, cause: BaseException | None = None):
         super().__init__(message)
         self.cause = cause
+
+
+class ArithmeticOverflowError(IncrementsError, ArithmeticError):
+    """An integer result does not fit its type (a BIGINT sum, `x + 1` at the type's limit): the
+    batch fails, as Spark 4 (ANSI mode, its default) raises ARITHMETIC_OVERFLOW, instead of
+    wrapping around. The message names the query, batch, operator and column."""

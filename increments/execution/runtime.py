@@ -212,6 +212,9 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     if check is not None:
         check(plan.output_schema)
     conf["plan"] = plan_fingerprint(plan, sink)
+    udfs = [d for op in plan.root.walk() for d in getattr(op, "udf_descriptions", list)()]
+    if udfs:        # the Python functions in the plan (named, not fixed: checkpoint/metadata.py)
+        conf["udfs"] = udfs
     columns = [op.column for op in plan.root.walk() if type(op).__name__ == "WatermarkOp"]
     if columns:     # the event-time columns of with_watermark (a new key: older checkpoints record it)
         conf["watermark_columns"] = sorted(columns)
