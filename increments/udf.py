@@ -42,9 +42,11 @@ import re
 import threading
 from typing import Any, Callable, Iterable
 
-import pyarrow as pa
+from .lazy import lazy_module
 
 from .errors import IncrementsError
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 KINDS = ("row", "pandas", "arrow")
 
@@ -52,7 +54,7 @@ _counter = itertools.count(1)
 _lock = threading.Lock()
 #: hidden column token -> the call that computes it (frames find calls through the SQL text)
 _CALLS: dict[str, "UdfCall"] = {}
-_TOKEN = re.compile(r'"(__udf_\d+)"')
+_TOKEN = re.compile(r'(?<![\w"])"?(__udf_\d+)"?(?!\w)')   # quoted, or bare as DuckDB prints it back
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -331,15 +333,23 @@ def select(node: Any, exprs: tuple[Any, ...]) -> Any:
 
 
 def filter(node: Any, condition: Any) -> Any:  # noqa: A001 - the frame method's name
-    from .plan.udf_nodes import DropColumns
-    from .plan import nodes as n
+    """A UdfFilter node: kept whole until compiling, so the pushdown can place it like a filter
+    (plan/udf_pushdown.py), then expanded by expand_filter."""
+    from .plan.udf_nodes import UdfFilter
     if isinstance(condition, UdfCall) and not pa.types.is_boolean(condition.udf.return_type):
         from .errors import AnalysisException
         raise AnalysisException(f"filter: {condition.display} returns {condition.udf.return_type}, not a boolean; "
                                 "compare it (e.g. f(x) == 'a') or declare the UDF's return type 'boolean'")
     text = condition.sql if isinstance(condition, Column) else str(condition)
-    node, hidden = plan_udfs(node, [text])
-    return DropColumns(n.Filter(node, text), tuple(hidden))
+    return UdfFilter(node, text)
+
+
+def expand_filter(node: Any) -> Any:
+    """A UdfFilter as the nodes that run it: the UDFs' stages, the filter, the hidden columns dropped."""
+    from .plan import nodes as n
+    from .plan.udf_nodes import DropColumns
+    child, hidden = plan_udfs(node.child, [node.condition])
+    return DropColumns(n.Filter(child, node.condition), tuple(hidden))
 
 
 def with_column(node: Any, name: str, expr: Any) -> Any:

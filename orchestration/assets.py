@@ -97,7 +97,8 @@ def partitions_name(key: dg.AssetKey) -> str:
 
 def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     """One AssetSpec per key across all queries: sinks (with deps on their sources, partitioned by
-    batch) and the sources no query of this location writes."""
+    batch) and the sources no query of this location writes. Kinds: orchestration/metadata.py."""
+    from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
         writers.setdefault(s.sink_key, []).append(s)
@@ -116,7 +117,8 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
         md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
-        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds={"increments"}, partitions_def=parts,
+        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),
+                                partitions_def=parts,
                                 description=f"{ws[0].sink_description}, written by streaming query {names}: one "
                                             "materialization per committed micro-batch"
                                             + (" (partition = batch id)" if parts else ""),
@@ -124,7 +126,7 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     for key, names in readers.items():
         if key in writers:
             continue
-        out.append(dg.AssetSpec(key, group_name="increments", kinds={"increments"},
+        out.append(dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
                                 description=f"{descs[key]}, read by streaming query {', '.join(names)}",
                                 metadata={"read_by": ", ".join(names)}))
     return out

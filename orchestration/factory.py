@@ -144,10 +144,10 @@ def _fanout_reason(writer: Any, fanout: bool | None, executor: Any) -> str | Non
     `fanout` (option of @streaming_query): True fans out when the plan allows, False never, None
     (default) when the executor is not in_process (in one process the partitions would only run
     one after the other, with their slices staged in between)."""
-    from increments.execution.partitioned import fanout_reason
-    from increments.plan.compiler import Compiler
     if fanout is False or (fanout is None and executor in (None, "in_process")):
         return "fanout is off for this query (in_process executor; option fanout=True turns it on)"
+    from increments.execution.partitioned import fanout_reason     # the planner (DuckDB): only to decide a fan-out
+    from increments.plan.compiler import Compiler
     s = writer.settings
     try:
         plan = Compiler(s.output_mode, s.options).compile(writer.frame.node)

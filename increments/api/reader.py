@@ -8,9 +8,7 @@ cloud's environment; a streaming source's own options win over the query's
 from __future__ import annotations
 
 import os
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from .. import storage
 from ..execution.batch_sizing import mark_auto
@@ -18,6 +16,9 @@ from ..options import source_options
 from ..plan import nodes as n
 from .frame import StreamFrame
 from .static import StaticTable, as_static_node  # noqa: F401  (as_static_node: re-exported)
+
+if TYPE_CHECKING:               # pyarrow loads when a table is read, not with the API
+    import pyarrow as pa
 
 
 class _MemoryFrame(StreamFrame):
@@ -142,6 +143,7 @@ class DataFrameReader:
             return read_table(path, opts)
 
         def schema():
+            import pyarrow as pa
             from deltalake import DeltaTable
             return pa.schema(DeltaTable(path, storage_options=opts).schema().to_arrow())
         return StaticTable(f"delta[{storage.redact_url(path)}]", load, schema)
@@ -169,6 +171,7 @@ class DataFrameReader:
         src = FileSource(path, format, schema, storage_options=storage_options, **options)
 
         def load():
+            import pyarrow as pa
             tables = [src.decode_at(loc, name) for loc, name in src.static_files()]
             return pa.concat_tables(tables) if tables else src.schema().empty_table()
         return StaticTable(f"files[{storage.redact_url(src.path)}]", load, src.schema)

@@ -19,6 +19,7 @@ from ..plan.compiler import CompiledPlan, Compiler
 from ..redaction import logger as redacting_logger
 from ..sinks.base import Sink, SinkContext
 from ..triggers import Trigger
+from .settings import WriterSettings  # noqa: F401  (defined there: the writer API imports it without the engine)
 from .staging import DiskStaging, MemoryStaging
 from .state_manager import StateManager
 
@@ -28,20 +29,6 @@ if TYPE_CHECKING:
     from ..api.frame import StreamFrame
     from ..plan.nodes import Node
     from ..sources.base import Source
-
-
-@dataclass
-class WriterSettings:
-    format: str = "memory"
-    output_mode: str = "append"
-    options: dict[str, Any] = field(default_factory=dict)
-    checkpoint: str | None = None
-    query_name: str | None = None
-    trigger: Trigger = field(default_factory=lambda: Trigger("processing_time", 0))
-    foreach_batch: Callable[[pa.Table, int], Any] | None = None
-    path: str | None = None
-    sink: Sink | None = None
-    apply_changes: Any = None           # operators.apply_changes.ApplyChangesSpec (write_stream.apply_changes)
 
 
 @dataclass

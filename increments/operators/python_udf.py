@@ -196,3 +196,8 @@ def build_drop_columns(compiler: Any, node: DropColumns) -> PhysicalOp:
     if not node.names:
         return child
     return DropColumnsOp(child, node.names)
+
+
+def build_udf_filter(compiler: Any, node: Any) -> PhysicalOp:
+    from ..udf import expand_filter
+    return compiler.build(expand_filter(node))

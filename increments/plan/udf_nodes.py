@@ -1,5 +1,5 @@
 """Logical nodes of Python logic in a query (increments/udf.py builds them; their builders are in
-plan/builders.py): UdfEval (UDF calls over argument columns), DropColumns (hidden columns removed
+plan/builders.py): UdfEval (UDF calls over argument columns), UdfFilter, DropColumns (hidden columns removed
 after the step that read them), MapBatches (map_in_arrow / map_in_pandas). Light: no engine import."""
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ class UdfEval(n.Unary):
     tokens: tuple[str, ...] = ()        # result column of each
     arities: tuple[int, ...] = ()       # number of argument columns of each
     displays: tuple[str, ...] = ()      # the call as Spark names it (for messages)
+
+
+@dataclass(frozen=True, eq=False)
+class UdfFilter(n.Unary):
+    """filter(condition) whose SQL text reads UDF results (increments/udf.py): placed around
+    with_watermark as Spark's pushdown places a filter (plan/udf_pushdown.py), then expanded."""
+    condition: str = ""
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,9 +33,14 @@ from ..sources.delta_files import conform, file_location, read_parquet
 from .base import Sink, SinkContext, SinkResult
 
 
-def commit_properties(app_id: str, batch_id: int):
+def commit_properties(app_id: str, batch_id: int, query_name: str | None = None):
+    """The app transaction (app_id, batch_id); with `query_name`, the commitInfo also names the
+    query and batch (increments.query, increments.query_id, increments.batch_id), so a downstream
+    query's lineage can name the batches it read (execution/lineage.py)."""
     from deltalake import CommitProperties, Transaction
-    return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))])
+    meta = ({"increments.query": str(query_name), "increments.query_id": str(app_id),
+             "increments.batch_id": str(int(batch_id))} if query_name else None)
+    return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))], custom_metadata=meta)
 
 
 def open_table(path: str, storage_options: dict | None = None):
@@ -258,7 +263,7 @@ class DeltaSink(Sink):
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
         from deltalake import write_deltalake
         mode = self.ctx.output_mode
-        props = commit_properties(self.ctx.query_id, batch_id)
+        props = commit_properties(self.ctx.query_id, batch_id, self.ctx.query_name)
         hooks = post_commit_hooks(dt)
         if mode == "update" and dt is not None:
             pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.ctx.key_columns)

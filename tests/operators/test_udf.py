@@ -179,3 +179,30 @@ def test_the_plan_and_increments_check_name_the_udf(tmp_path):
     assert "Python functions changed since the last start" in report.text() and "key_v1 -> VARCHAR [code" in report.text()
     build(key_v2).start().await_termination()           # allowed: a stateless step (recorded for the next check)
     assert "Python functions changed" not in check(build(key_v2)).text()
+
+
+def _second_watermark(tmp_path, make):
+    src = _src(tmp_path, [[{"k": "a", "v": 1, "ts": "2024-01-01T10:00:00Z"}, {"k": "drop", "v": 2, "ts": "2024-01-01T10:30:00Z"},
+                           {"k": "c", "v": 3, "ts": "2024-01-01T10:25:00Z"}],
+                          [{"k": "d", "v": 4, "ts": "2024-01-01T10:26:00Z"}]])
+    out = make(src.with_watermark("ts", "5 minutes")).group_by(F.window("ts", "10 minutes")).count()
+    _, q = _run(out, tmp_path)
+    return q.recent_progress[1]["event_time"]["watermark"]
+
+
+def test_a_udf_filter_is_split_around_the_watermark_as_spark_splits_it(tmp_path):
+    """Conjuncts whose UDFs do not read the event time go below with_watermark (Spark's pushdown,
+    recorded in test_udf_spark_parity.py): the rows they drop never feed the watermark; a UDF of the
+    event time, and a conjunct on it, stay above."""
+    keep = F.udf(lambda s: s != "drop", "boolean")
+    minute_not_30 = F.udf(lambda t: t.minute != 30, "boolean")
+    # all below: max event time of a, c = 10:25
+    assert _second_watermark(tmp_path / "1", lambda f: f.filter(keep("k"))) == "2024-01-01T10:20:00.000Z"
+    # the UDF reads ts: above, the dropped 10:30 row feeds the watermark
+    assert _second_watermark(tmp_path / "2", lambda f: f.filter(minute_not_30("ts"))) == "2024-01-01T10:25:00.000Z"
+    # split: keep(k) below, the ts conjunct above (10:25 still feeds it)
+    cond = f"{keep('k')} AND ts < TIMESTAMPTZ '2024-01-01 10:20:00+00'"
+    assert _second_watermark(tmp_path / "3", lambda f: f.filter(cond)) == "2024-01-01T10:20:00.000Z"
+    # nested: a UDF over a UDF of ts stays above
+    nested = F.udf(lambda b: b, "boolean")(minute_not_30("ts"))
+    assert _second_watermark(tmp_path / "4", lambda f: f.filter(nested)) == "2024-01-01T10:25:00.000Z"
