@@ -191,6 +191,9 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
     for op in plan.stateful_ops:
         conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
+        functions = op.state_functions()
+        if functions:   # a key older checkpoints lack: not compared then, and recorded (metadata.open)
+            conf[f"state_functions[{op.operator_id}:{op.operator_name}]"] = functions
     sink = settings.sink or make_sink(settings)
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "

@@ -266,7 +266,7 @@ class DeltaSink(Sink):
         props = commit_properties(self.ctx.query_id, batch_id, self.ctx.query_name)
         hooks = post_commit_hooks(dt)
         if mode == "update" and dt is not None:
-            pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.ctx.key_columns)
+            pred = merge_predicate(table, self.ctx.key_columns)
             (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props,
                       post_commithook_properties=hooks)
                .when_matched_update_all().when_not_matched_insert_all().execute())
@@ -278,6 +278,20 @@ class DeltaSink(Sink):
                             storage_options=self.storage_options,
                             schema_mode="overwrite" if mode == "complete" else None,
                             post_commithook_properties=hooks)
+
+
+def merge_predicate(table: pa.Table, keys: Any) -> str:
+    """The MERGE condition of an update-mode batch: its keys matched null-safely, as Spark's
+    result keys are (a group whose key is NULL is one group, updated in place, never appended
+    again). `IS NOT DISTINCT FROM` only for a key column that holds a NULL in the batch: elsewhere
+    `=` means the same (the batch's side is never NULL) and lets delta-rs prune files by it."""
+    def one(k: str) -> str:
+        col = table.column(k) if k in table.column_names else None
+        null_safe = col is not None and (col.null_count > 0 or (
+            pa.types.is_struct(col.type) and any(c.null_count for c in col.combine_chunks().flatten())))
+        op = "IS NOT DISTINCT FROM" if null_safe else "="
+        return f"(t.{_quote(k)} {op} s.{_quote(k)})"
+    return " AND ".join(one(k) for k in keys)
 
 
 def post_commit_hooks(dt: Any):
