@@ -39,6 +39,8 @@ from typing import Any, Callable
 
 import dagster as dg
 
+from increments.options import writer_options
+
 from .ops import QUERY_TAG, make_ops
 
 DEFAULT_CRON = "0 * * * *"
@@ -117,7 +119,7 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     from .assets import sink_asset, source_assets
     w = writer_factory()
     s = w.settings
-    name = s.query_name or s.options.get("query_name")
+    name = s.query_name or writer_options(s, required=False)["query_name"]   # refuses unknown or mistyped options
     if not name:
         raise ValueError(f"{getattr(writer_factory, '__name__', writer_factory)}: a Dagster query needs "
                          ".query_name(...) (it names the job, the assets and the run tag)")

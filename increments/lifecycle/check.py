@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from .. import storage
 from ..checkpoint.metadata import _read_conf, read_metadata
+from ..errors import IncrementsError
 from ..execution.runtime import start_conf
+from ..options import writer_options
 from ..sinks.delta import open_table, schema_difference
 
 SPARK_DOC = "Spark: Structured Streaming guide, 'Recovery Semantics after Changes in a Streaming Query'"
@@ -89,7 +91,10 @@ def load_writer(target: str) -> tuple[Any, str | None]:
 
 
 def _call(fn: Callable) -> tuple[Any, str | None]:
-    writer = fn()
+    try:
+        writer = fn()
+    except IncrementsError as e:        # e.g. a source's unknown keyword option (increments/options.py)
+        raise SystemExit(f"increments check: {getattr(fn, '__name__', fn)}() does not define a query: {e}") from None
     if not hasattr(writer, "settings") or not hasattr(writer, "frame"):
         raise SystemExit(f"increments check: {fn!r} returned {type(writer).__name__}, not a write_stream writer "
                          "(return the writer, without calling start)")
@@ -102,9 +107,10 @@ def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
     s = dataclasses.replace(writer.settings, options=dict(writer.settings.options))
     if path is not None and not s.path:
         s.path = path
-    opts = {**(s.options.get("storage_options") or {}), **(storage_options or {})}
+    o = writer_options(s)     # unknown or mistyped options, a sink without its path: refused, named
+    opts = {**(o["storage_options"] or {}), **(storage_options or {})}
     storage.remember_secrets(opts)
-    chk = checkpoint or s.checkpoint or s.options.get("checkpoint_location")
+    chk = checkpoint or s.checkpoint or o["checkpoint_location"]
     if not chk:
         raise SystemExit("increments check: the query has no checkpoint_location; pass --checkpoint")
     loc = storage.location(chk, opts)

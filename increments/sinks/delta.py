@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
+from ..options import sink_options
 from ..sources.delta_files import conform, file_location, read_parquet
 from .base import Sink, SinkContext, SinkResult
 
@@ -118,12 +119,11 @@ class DeltaSink(Sink):
             raise ValueError("format('delta') needs a table path: .start('lake/gold/table')")
         path = os.fspath(path)
         self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
-        options = dict(options or {})
-        pb = options.get("partition_by") or options.get("partitionBy")
-        self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else None)
+        o = sink_options("delta", options, "format('delta')")
+        self.partition_by = o["partition_by"]
         #: Delta table properties set when the sink creates the table ({"delta.enableChangeDataFeed": "true"})
-        self.table_properties = {str(k): str(v) for k, v in dict(options.get("table_properties") or {}).items()}
-        self.own_storage_options = dict(options.get("storage_options") or {})
+        self.table_properties = {str(k): str(v) for k, v in (o["table_properties"] or {}).items()}
+        self.own_storage_options = dict(o["storage_options"] or {})
         storage.remember_secrets(self.own_storage_options)
         self.storage_options: dict | None = self.own_storage_options or None
 

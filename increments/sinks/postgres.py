@@ -32,6 +32,7 @@ import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
 from ..errors import SinkSchemaError
+from ..options import sink_options
 from .base import Sink, SinkResult
 
 MARKER = "increments_sink_batches"
@@ -94,8 +95,8 @@ def _q(name: str) -> str:
 
 class PostgresSink(Sink):
     def __init__(self, options: dict[str, Any]):
-        self.url = options.get("url")
-        self.table = options.get("table") or options.get("dbtable")
+        o = sink_options("postgres", options, "format('postgres')")
+        self.url, self.table = o["url"], o["table"]
         if not self.url or not self.table:
             raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
                              ".option('table', 'name')")
