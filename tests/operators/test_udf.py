@@ -206,3 +206,13 @@ def test_a_udf_filter_is_split_around_the_watermark_as_spark_splits_it(tmp_path)
     # nested: a UDF over a UDF of ts stays above
     nested = F.udf(lambda b: b, "boolean")(minute_not_30("ts"))
     assert _second_watermark(tmp_path / "4", lambda f: f.filter(nested)) == "2024-01-01T10:25:00.000Z"
+
+
+def test_udfs_on_qualified_columns_after_a_stream_static_join(tmp_path):
+    src = _src(tmp_path, [[{"k": "a", "v": 1, "ts": "2024-01-01T10:00:00Z"}, {"k": "b", "v": 2, "ts": "2024-01-01T10:00:00Z"}]])
+    names = pa.table({"id": ["a", "b"], "name": ["alpha", "beta"]})
+    up = F.udf(lambda s: s.upper(), "string")
+    out = (src.alias("i").join(names, "i.k = id").filter(up("i.k") == "B")
+           .select("i.k", up("name"), up("i.k").alias("K")))
+    batches, _ = _run(out, tmp_path)
+    assert batches == {0: [{"k": "b", "<lambda>(name)": "BETA", "K": "B"}]}
