@@ -42,9 +42,11 @@ import re
 import threading
 from typing import Any, Callable, Iterable
 
-import pyarrow as pa
+from .lazy import lazy_module
 
 from .errors import IncrementsError
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 KINDS = ("row", "pandas", "arrow")
 
