@@ -56,6 +56,7 @@ _lock = threading.Lock()
 _CALLS: dict[str, "UdfCall"] = {}
 _TOKEN = re.compile(r'(?<![\w"])"?(__udf_\d+)"?(?!\w)')   # quoted, or bare as DuckDB prints it back
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUOTED = re.compile(r'"((?:[^"]|"")+)"')
 
 
 def quote_ident(name: str) -> str:   # as increments.sql's (not imported: it loads DuckDB)
@@ -264,7 +265,10 @@ def _arg_display(a: Any) -> str:
     if isinstance(a, Column):
         return a.display
     m = re.fullmatch(r"[A-Za-z_]\w*\.([A-Za-z_]\w*)", str(a))
-    return m.group(1) if m else str(a)
+    if m:
+        return m.group(1)
+    q = _QUOTED.fullmatch(str(a))       # F.col("x") is '"x"'
+    return q.group(1).replace('""', '"') if q else str(a)
 
 
 def _arg_sql(a: Any) -> str:
@@ -317,7 +321,8 @@ def _direct(c: UdfCall, j: int) -> str | None:
         return a.token
     if isinstance(a, str) and _IDENT.fullmatch(a):
         return a
-    return None
+    q = _QUOTED.fullmatch(a) if isinstance(a, str) else None
+    return q.group(1).replace('""', '"') if q and not q.group(1).startswith("__udf_") else None
 
 
 def plan_udfs(node: Any, texts: Iterable[str], output: tuple[str, str] | None = None) -> tuple[Any, list[str]]:

@@ -40,6 +40,8 @@ class MapBatches(n.Unary):
     func: Any = None
     schema: Any = None          # increments.types.Schema of the output
     kind: str = "arrow"         # "arrow" | "pandas"
+    #: its output columns are new: no with_watermark below it reaches the operators above (validate.py)
+    resets_watermarks = True
 
 
 def map_batches_node(child: n.Node, func: Any, schema: Any, kind: str) -> MapBatches:

@@ -74,9 +74,11 @@ def test_udfs_in_select_filter_and_with_column_batch_by_batch(tmp_path):
 def test_udf_in_sql_text_and_nested_calls(tmp_path):
     src = _src(tmp_path, [[{"k": "x", "v": 3, "ts": "2024-01-01T10:00:00Z"}, {"k": "y", "v": 6, "ts": "2024-01-01T10:00:00Z"}]])
     norm = F.udf(norm_key)   # the return type defaults to STRING, as in PySpark
-    out = src.filter(f"{doubled('v')} > 10 AND k = 'y'").select("*", norm(F.udf(lambda s: s.upper() + " ")("k")))
+    out = (src.filter(f"{doubled('v')} > 10 AND k = 'y'")
+           .select("*", norm(F.udf(lambda s: s.upper() + " ")("k")), doubled(F.col("v")), doubled("v + 1")))
     batches, _ = _run(out, tmp_path)
-    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y"}]}
+    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y", "doubled(v)": 12,
+                            "doubled(v + 1)": 14}]}
 
 
 def test_udf_group_by_key_before_a_windowed_aggregation(tmp_path):
