@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable
 from .lazy import lazy_module
 
 from .errors import IncrementsError
+from .identifiers import duckdb_ident
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
@@ -58,8 +59,7 @@ _TOKEN = re.compile(r'(?<![\w"])"?(__udf_\d+)"?(?!\w)')   # quoted, or bare as D
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def quote_ident(name: str) -> str:   # as increments.sql's (not imported: it loads DuckDB)
-    return '"' + name.replace('"', '""') + '"'
+quote_ident = duckdb_ident     # increments/identifiers.py (not increments.sql: that loads DuckDB)
 
 
 class PythonUdfError(IncrementsError):
