@@ -287,7 +287,7 @@ def _stateful(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
 
 def _functions(old: dict[str, Any], new: dict[str, Any], os_: dict[str, Any], ns_: dict[str, Any]) -> list[Finding]:
     """What each stateful operator computes (`state_functions[...]`: aggregates with their inputs, a
-    join's condition), compared when both confs have it. A checkpoint written before this was
+    join's condition, apply_changes' sequence_by), compared when both confs have it. A checkpoint written before this was
     recorded has none: nothing to compare with (the start records this query's, a later change is
     caught), said as a note."""
     out = []
@@ -300,6 +300,11 @@ def _functions(old: dict[str, Any], new: dict[str, Any], os_: dict[str, Any], ns
             out.append(Finding(False, f"operator {op}: join condition changed: {of[op]} -> {nf[op]}",
                                "changes in the join condition of a stream-stream join are not allowed: the "
                                "state keeps rows for the old condition's time bound (Spark)"))
+            continue
+        if op.endswith(":applyChanges"):
+            out.append(Finding(False, f"operator {op}: sequencing changed: {of[op]} -> {nf[op]}",
+                               "the state orders each key's changes by the sequence_by columns; changing them is not "
+                               "allowed (the stored sequence values are of the old columns)"))
             continue
         what = [f"{a} -> {b}" for a, b in zip(of[op], nf[op]) if a != b]
         if len(of[op]) != len(nf[op]):

@@ -82,13 +82,17 @@ def test_rules_on_stored_confs():
            "state_functions[0:stateStoreSave]": ["min(amount) AS m", "count(*) AS n"],
            "state_schema[1:symmetricHashJoin]": {"how": "inner"},
            "state_functions[1:symmetricHashJoin]": ["condition: a.k = b.k AND b.t <= a.t + INTERVAL 1 HOUR"],
+           "state_schema[2:applyChanges]": {"scd_type": 2},
+           "state_functions[2:applyChanges]": ["sequence_by: seq"],
            "plan": {"sources": ["S"], "stateful_operators": ["0:stateStoreSave"], "sink": "MemorySink"}}
     new = copy.deepcopy(old)
     new["state_functions[0:stateStoreSave]"][1] = "count(k) AS n"
     new["state_functions[1:symmetricHashJoin]"] = ["condition: a.k = b.k AND b.t <= a.t + INTERVAL 2 HOUR"]
+    new["state_functions[2:applyChanges]"] = ["sequence_by: ts"]
     msgs = [f.what for f in compare(old, new) if not f.safe]
     assert msgs == ["operator 0:stateStoreSave: aggregate changed: count(*) AS n -> count(k) AS n",
                     "operator 1:symmetricHashJoin: join condition changed: "
                     "['condition: a.k = b.k AND b.t <= a.t + INTERVAL 1 HOUR'] -> "
-                    "['condition: a.k = b.k AND b.t <= a.t + INTERVAL 2 HOUR']"]
+                    "['condition: a.k = b.k AND b.t <= a.t + INTERVAL 2 HOUR']",
+                    "operator 2:applyChanges: sequencing changed: ['sequence_by: seq'] -> ['sequence_by: ts']"]
     assert all(f.safe for f in compare(old, copy.deepcopy(old)))
