@@ -38,7 +38,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .key_codec import columns_pylist, decode_rows, encode_rows, time_bound, to_arrays, us_to_ts, window_struct
+from .key_codec import columns_pylist, decode_rows, encode_rows, time_bound, to_arrays, us_to_ts, window_struct, refuse_map_keys
 from .partitioning import partition_ids, partition_sql, split_by_partition
 from .session_window import build_session_window
 from .state_util import write_schema_once
@@ -56,6 +56,7 @@ class WindowAggregateOp(PhysicalOp):
             col = k.column if isinstance(k, WindowSpec) else k
             if col not in cs.names:
                 raise AnalysisException(f"{where}: no column {col!r} (columns: {cs.names})")
+        refuse_map_keys(where, cs, [k for k in keys if isinstance(k, str)])
         if self.window and not pa.types.is_timestamp(cs.field(self.window.column).type):
             raise AnalysisException(f"F.window({self.window.column!r}): the column must be a TIMESTAMP")
         self.keys, self.mode = keys, mode

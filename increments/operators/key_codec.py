@@ -53,3 +53,28 @@ def us_to_ts(arr: pa.Array, t: pa.DataType = pa.timestamp("us", tz="UTC")) -> pa
 
 def window_struct(start_us: pa.Array, end_us: pa.Array) -> pa.StructArray:
     return pa.StructArray.from_arrays([us_to_ts(start_us), us_to_ts(end_us)], names=["start", "end"])
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+def refuse_map_keys(where: str, schema: pa.Schema, columns) -> None:
+    """AnalysisException when a key column is (or holds) a MAP: Spark refuses it as a grouping or
+    dedup key (GROUP_EXPRESSION_TYPE_IS_NOT_ORDERABLE: a map has no order or equality there).
+    STRUCT and list keys are fine (encode_key orders them field / element by element)."""
+    from ..errors import AnalysisException
+    from ..types import state_type_name
+    for c in columns:
+        if c in schema.names and _has_map(schema.field(c).type):
+            raise AnalysisException(
+                f"{where}: the column {c!r} ({state_type_name(schema.field(c).type)}) cannot be a key: a MAP is not "
+                "orderable, so Spark refuses it as a grouping or deduplication key "
+                "(GROUP_EXPRESSION_TYPE_IS_NOT_ORDERABLE). Group by one of its values instead, e.g. "
+                f"with_column('k', \"{c}['key']\"), or by map_keys / to_json of it")

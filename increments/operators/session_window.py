@@ -32,7 +32,8 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .key_codec import columns_pylist, decode_rows, time_bound, to_arrays, window_struct
+from ..nested_order import min_max_sql
+from .key_codec import columns_pylist, decode_rows, time_bound, to_arrays, window_struct, refuse_map_keys
 from .partitioning import partition_sql, split_by_partition
 from .state_util import side_stores, write_schema_once
 
@@ -52,6 +53,7 @@ class SessionWindowOp(PhysicalOp):
             col = k.column if isinstance(k, SessionWindowSpec) else k
             if col not in cs.names:
                 raise AnalysisException(f"{where}: no column {col!r} (columns: {cs.names})")
+        refuse_map_keys(where, cs, [k for k in keys if isinstance(k, str)])
         if not pa.types.is_timestamp(cs.field(self.spec.column).type):
             raise AnalysisException(f"F.session_window({self.spec.column!r}): the column must be a TIMESTAMP")
         self.keys, self.mode = keys, mode
@@ -158,8 +160,8 @@ class SessionWindowOp(PhysicalOp):
             for i, arr in enumerate(to_arrays([v for _, v in items], types, offset=1)):
                 old[f"__a{i}"] = arr
             cand = pa.concat_tables([pa.table(old).cast(cand.schema), cand])
-        aggs = ", ".join(f"{_MERGE_AGG[kind].format(a=f'__a{i}')} AS __a{i}"
-                         for i, (_, _, _, kind) in enumerate(self.acc.accs))
+        aggs = ", ".join(f"{min_max_sql(kind, f'__a{i}', t) if kind in ('min', 'max') else _MERGE_AGG[kind].format(a=f'__a{i}')} AS __a{i}"
+                         for i, (_, t, _, kind) in enumerate(self.acc.accs))
         merged = run_sql(
             "WITH s AS (SELECT *, max(__se) OVER (PARTITION BY __g ORDER BY __ss, __src, __ord ROWS BETWEEN UNBOUNDED "
             "PRECEDING AND 1 PRECEDING) AS __pe FROM __c), "
