@@ -5,6 +5,7 @@ Every method returns a new frame; nothing runs until `write_stream...start()`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from ..durations import parse_duration_ms
@@ -32,7 +33,7 @@ class StreamFrame:
             exprs = tuple(exprs[0])
         if not exprs:
             raise ValueError("select needs at least one expression")
-        return StreamFrame(n.Select(self._node, tuple(str(e) for e in exprs)))
+        return StreamFrame(n.Select(_generator_filter(self._node, exprs), tuple(str(e) for e in exprs)))
 
     def filter(self, condition: str) -> "StreamFrame":
         return StreamFrame(n.Filter(self._node, condition))
@@ -40,7 +41,7 @@ class StreamFrame:
     where = filter
 
     def with_column(self, name: str, expr: str) -> "StreamFrame":
-        return StreamFrame(n.WithColumn(self._node, name, expr))
+        return StreamFrame(n.WithColumn(_generator_filter(self._node, (expr,)), name, str(expr)))
 
     def parse_json(self, schema: Any, column: str = "value", keep: "list[str] | tuple[str, ...]" = (),
                    dead_letter: Any = None) -> "StreamFrame":
@@ -163,6 +164,18 @@ class StreamFrame:
         return f"StreamFrame({type(self._node).__name__})"
 
 
+def _generator_filter(node: n.Node, exprs: tuple) -> n.Node:
+    """Spark infers `size(x) > 0` (so also x IS NOT NULL) below an explode / posexplode (not the
+    outer forms) and pushes it below the watermark like any filter: rows without elements never
+    move the watermark. The same filter, as a node before the select."""
+    from ..plan.spark_sql import generator_of
+    for e in exprs:
+        gen = generator_of(str(e))
+        if gen is not None and not gen[0].endswith("_outer"):
+            return n.Filter(node, f"size({gen[1]}) > 0")
+    return node
+
+
 def _frame_node(other: Any, what: str) -> n.Node:
     if not isinstance(other, StreamFrame):
         raise TypeError(f"{what}: {other!r} is not a frame; union two frames (streams, or a stream and a "
@@ -185,6 +198,9 @@ def _initial_state_node(value: Any, keys: tuple[str, ...]) -> tuple[n.Node, tupl
     return node, init_keys
 
 
+_NESTED_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
@@ -202,7 +218,19 @@ class GroupedFrame:
             if not isinstance(a, AggExpr):
                 raise TypeError(f"agg: {a!r} is not an aggregate; use F.count(), F.sum('x'), ...")
         child, keys = self._frame.node, []
-        for k in self._keys:   # F.window(F.window_time("window"), ...): the event time as a column first
+        # a nested field (`e.user.country`, Spark's groupBy("e.user.country") / F.min("e.n")): computed
+        # as a column first, a key named after its last part (as Spark names it), an aggregate's
+        # input under its own text (the output is then `min(e.n)`, as in Spark)
+        plain = []
+        for k in self._keys:
+            if isinstance(k, str) and _NESTED_FIELD.fullmatch(k):
+                child = n.WithColumn(child, k.rsplit(".", 1)[1], k)
+                k = k.rsplit(".", 1)[1]
+            plain.append(k)
+        for a in aggs:
+            if a.column is not None and _NESTED_FIELD.fullmatch(a.column):
+                child = n.WithColumn(child, a.column, a.column)
+        for k in plain:   # F.window(F.window_time("window"), ...): the event time as a column first
             if isinstance(k, WindowSpec) and window_time_source(k.column) is not None:
                 name = f"window_time({window_time_source(k.column)})"
                 child = n.WithColumn(child, name, k.column)
