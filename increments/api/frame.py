@@ -165,14 +165,15 @@ class StreamFrame:
 
 
 def _generator_filter(node: n.Node, exprs: tuple) -> n.Node:
-    """Spark infers `size(x) > 0` (so also x IS NOT NULL) below an explode / posexplode (not the
-    outer forms) and pushes it below the watermark like any filter: rows without elements never
-    move the watermark. The same filter, as a node before the select."""
+    """Spark infers `x IS NOT NULL AND size(x) > 0` below an explode / posexplode (not the outer
+    forms) and pushes it below the watermark like any filter (rows without elements never move
+    the watermark) and its IS NOT NULL into a JSON / CSV scan (num_input_rows excludes NULL
+    arrays). The same filter, as a node before the select."""
     from ..plan.spark_sql import generator_of
     for e in exprs:
         gen = generator_of(str(e))
         if gen is not None and not gen[0].endswith("_outer"):
-            return n.Filter(node, f"size({gen[1]}) > 0")
+            return n.Filter(node, f"{gen[1]} IS NOT NULL AND size({gen[1]}) > 0")
     return node
 
 

@@ -66,15 +66,16 @@ def _has_map(t: pa.DataType) -> bool:
 
 
 def refuse_map_keys(where: str, schema: pa.Schema, columns) -> None:
-    """AnalysisException when a key column is (or holds) a MAP: Spark refuses it as a grouping or
-    dedup key (GROUP_EXPRESSION_TYPE_IS_NOT_ORDERABLE: a map has no order or equality there).
-    STRUCT and list keys are fine (encode_key orders them field / element by element)."""
+    """AnalysisException when a dedup (or transform_with_state) key column is (or holds) a MAP: Spark
+    refuses dropDuplicates on one (UNSUPPORTED_FEATURE.SET_OPERATION_ON_MAP_TYPE). STRUCT and list
+    keys are fine (encode_key orders them field by field / element by element); a MAP grouping key
+    of an aggregation is accepted, its entries sorted first (aggregate.normalize_map_keys), as Spark 4
+    groups by maps."""
     from ..errors import AnalysisException
     from ..types import state_type_name
     for c in columns:
         if c in schema.names and _has_map(schema.field(c).type):
             raise AnalysisException(
-                f"{where}: the column {c!r} ({state_type_name(schema.field(c).type)}) cannot be a key: a MAP is not "
-                "orderable, so Spark refuses it as a grouping or deduplication key "
-                "(GROUP_EXPRESSION_TYPE_IS_NOT_ORDERABLE). Group by one of its values instead, e.g. "
-                f"with_column('k', \"{c}['key']\"), or by map_keys / to_json of it")
+                f"{where}: the column {c!r} ({state_type_name(schema.field(c).type)}) cannot be a key: Spark refuses "
+                "a MAP column there (UNSUPPORTED_FEATURE.SET_OPERATION_ON_MAP_TYPE). Use one of its values "
+                f"instead, e.g. with_column('k', \"{c}['key']\"), or leave the map out of the subset")

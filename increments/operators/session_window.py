@@ -33,7 +33,7 @@ from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
 from ..nested_order import min_max_sql
-from .key_codec import columns_pylist, decode_rows, time_bound, to_arrays, window_struct, refuse_map_keys
+from .key_codec import columns_pylist, decode_rows, time_bound, to_arrays, window_struct
 from .partitioning import partition_sql, split_by_partition
 from .state_util import side_stores, write_schema_once
 
@@ -53,7 +53,6 @@ class SessionWindowOp(PhysicalOp):
             col = k.column if isinstance(k, SessionWindowSpec) else k
             if col not in cs.names:
                 raise AnalysisException(f"{where}: no column {col!r} (columns: {cs.names})")
-        refuse_map_keys(where, cs, [k for k in keys if isinstance(k, str)])
         if not pa.types.is_timestamp(cs.field(self.spec.column).type):
             raise AnalysisException(f"F.session_window({self.spec.column!r}): the column must be a TIMESTAMP")
         self.keys, self.mode = keys, mode
@@ -224,7 +223,8 @@ class SessionWindowOp(PhysicalOp):
 
 def build_session_window(compiler: Any, node: Any) -> PhysicalOp:
     validate.check_node(node, compiler.output_mode)   # for compiles that skip validate()
-    child = compiler.build(node.child)
+    from .aggregate import normalize_map_keys
+    child = normalize_map_keys(compiler.build(node.child), [k for k in node.keys if isinstance(k, str)])
     mode = compiler.output_mode
     op = SessionWindowOp(child, node.keys, node.aggs, mode)
     if mode == "append" and not op.watermarked:

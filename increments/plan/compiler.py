@@ -189,10 +189,11 @@ def _stage(node: n.Node, schema: pa.Schema):
         # names without quotes (select("window", "count"))
         # Spark's spelling of nested access and generators (plan/spark_sql.py)
         exprs = ", ".join(select_items(node.exprs, schema))
-        return (lambda rel, e=exprs: f"SELECT {e} FROM {rel} AS __in"), f"Project[{exprs}]"
+        as_written = ", ".join(quote_ident(e) if e in schema.names else e for e in node.exprs)
+        return (lambda rel, e=exprs: f"SELECT {e} FROM {rel} AS __in"), f"Project[{as_written}]"
     if isinstance(node, n.Filter):
         cond = translate_expr(node.condition, schema)
-        return (lambda rel, c=cond: f"SELECT * FROM {rel} AS __in WHERE {c}"), f"Filter[{cond}]"
+        return (lambda rel, c=cond: f"SELECT * FROM {rel} AS __in WHERE {c}"), f"Filter[{node.condition}]"
     if isinstance(node, n.WithColumn):
         name, e = quote_ident(node.name), with_column_expr(node.name, node.expr, schema)
         if node.name in schema.names:

@@ -133,7 +133,7 @@ def _subscript(out: list[tuple[str, str]], index: str, ctx: _Ctx) -> None:
         sql = (f"(CASE WHEN {b} IS NULL OR {k} IS NULL THEN NULL WHEN {k} >= 0 AND {k} < len({b}) "
                f"THEN {b}[{k} + 1] ELSE error('[INVALID_ARRAY_INDEX] The index ' || CAST({k} AS VARCHAR) || "
                f"' is out of bounds. The array has ' || CAST(len({b}) AS VARCHAR) || ' elements ({shown}): "
-               f"arrays are indexed from 0; use get(arr, i) or try_element_at(arr, i + 1) to get NULL instead') END)")
+               f"arrays are indexed from 0; get(arr, i) gives NULL instead') END)")
         out[start:] = [("atom", sql)]
     else:
         out[start:] = [("atom", f"{base}[{index}]")]
