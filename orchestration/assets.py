@@ -23,6 +23,9 @@ from typing import Any
 
 import dagster as dg
 
+from increments.options import writer_options
+from increments.redaction import redact_url
+
 
 def _part(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "_", s) or "_"
@@ -52,9 +55,9 @@ def source_assets(source: Any, query_key: str, index: int, root: str | None) -> 
         return [(dg.AssetKey(["kafka", _part(t)]), f"Kafka topic {t}") for t in source.topics]
     path = getattr(source, "path", None)
     if isinstance(path, str) and "delta" in kind:
-        return [(dg.AssetKey(["delta", *path_parts(path, root)]), f"Delta table {_redact(path)}")]
+        return [(dg.AssetKey(["delta", *path_parts(path, root)]), f"Delta table {redact_url(path)}")]
     if isinstance(path, str):
-        return [(dg.AssetKey(["files", *path_parts(path, root)]), f"files under {_redact(path)}")]
+        return [(dg.AssetKey(["files", *path_parts(path, root)]), f"files under {redact_url(path)}")]
     return [(dg.AssetKey(["stream", query_key, str(index)]), f"source {index} of query {query_key} "
                                                               f"({getattr(source, 'description', kind)})")]
 
@@ -63,7 +66,8 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     """(key, description) of the table a query writes."""
     sink = settings.sink
     fmt = (settings.format or "").lower()
-    where = path or settings.path or settings.options.get("path")
+    o = writer_options(settings, required=False)
+    where = path or settings.path or o["path"]
     if sink is not None:
         kind = type(sink).__name__.lower()
         where = getattr(sink, "path", None)
@@ -73,11 +77,11 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     if settings.foreach_batch is not None:
         fmt = "foreach_batch"
     if fmt == "delta" and where:
-        return dg.AssetKey(["delta", *path_parts(where, root)]), f"Delta table {_redact(where)}"
+        return dg.AssetKey(["delta", *path_parts(where, root)]), f"Delta table {redact_url(where)}"
     if fmt == "parquet" and where:
-        return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {_redact(where)}"
+        return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {redact_url(where)}"
     if fmt in ("postgres", "postgresql"):
-        return _pg(settings.options.get("table") or settings.options.get("dbtable"), query_key)
+        return _pg(o["table"], query_key)
     return dg.AssetKey(["sink", query_key]), f"{fmt or 'custom'} sink of query {query_key}"
 
 
@@ -87,17 +91,14 @@ def _pg(table: Any, query_key: str) -> tuple[dg.AssetKey, str]:
     return dg.AssetKey(["postgres", *[_part(p) for p in str(table).split(".")]]), f"PostgreSQL table {table}"
 
 
-def _redact(path: str) -> str:
-    return re.sub(r"://[^/@]*@", "://", path)
-
-
 def partitions_name(key: dg.AssetKey) -> str:
     return "batches__" + re.sub(r"[^A-Za-z0-9_]", "_", "__".join(key.path))[:200]
 
 
 def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     """One AssetSpec per key across all queries: sinks (with deps on their sources, partitioned by
-    batch) and the sources no query of this location writes."""
+    batch) and the sources no query of this location writes. Kinds: orchestration/metadata.py."""
+    from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
         writers.setdefault(s.sink_key, []).append(s)
@@ -116,7 +117,8 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
         md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
-        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds={"increments"}, partitions_def=parts,
+        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),
+                                partitions_def=parts,
                                 description=f"{ws[0].sink_description}, written by streaming query {names}: one "
                                             "materialization per committed micro-batch"
                                             + (" (partition = batch id)" if parts else ""),
@@ -124,7 +126,7 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     for key, names in readers.items():
         if key in writers:
             continue
-        out.append(dg.AssetSpec(key, group_name="increments", kinds={"increments"},
+        out.append(dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
                                 description=f"{descs[key]}, read by streaming query {', '.join(names)}",
                                 metadata={"read_by": ", ".join(names)}))
     return out

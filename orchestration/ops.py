@@ -23,6 +23,8 @@ from typing import Any
 
 import dagster as dg
 
+from increments.redaction import redact
+
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
 OFFSETS_TAG = "increments/offsets"
@@ -106,7 +108,7 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
     except Exception as e:  # noqa: BLE001 - turned into a Dagster failure below
         runner.release_run(spec.key, context.run_id)
         where = f"query {spec.name}" + (f", batch {batch_id}" if batch_id is not None else "")
-        text = f"{type(e).__name__}: {e}"
+        text = redact(f"{type(e).__name__}: {e}")
         attempt, last = context.retry_number + 1, context.retry_number >= spec.max_retries
         md = {**({"batch_id": batch_id} if batch_id is not None else {}), "step": step, "attempt": attempt,
               "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}
@@ -252,17 +254,20 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     from increments.checkpoint.drains import DrainLog
     from . import health, runner
     from .assets import partitions_name
+    from .metadata import materialization_metadata
     rec = runner.lineage(rt, plan, entry, progress)
     pk = spec.partition_key(plan.batch_id)
     if pk is not None:
         context.instance.add_dynamic_partitions(partitions_name(spec.sink_key), [pk])
     context.log_event(dg.AssetMaterialization(
         asset_key=spec.sink_key, partition=pk, description=f"batch {plan.batch_id} of query {spec.name}",
-        metadata=lineage_metadata(rec, context.run_id)))
+        metadata=materialization_metadata(rt, rec, progress, context.run_id, context.instance)))
     for rule, (passed, meta, desc) in health.evaluate(rt, plan.batch_id).items():
         context.log_event(dg.AssetCheckEvaluation(
             asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
             description=desc, severity=dg.AssetCheckSeverity.WARN))
+    from .freshness import commit_evaluation
+    context.log_event(commit_evaluation(spec, rt))
     context.log_event(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",
@@ -300,26 +305,6 @@ def _step_metadata(info: Any) -> dict[str, Any]:
 
 
 def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """The sink materialization's metadata: numbers are plotted over batches in the UI."""
-    md: dict[str, Any] = {
-        "batch_id": rec["batch_id"], "attempt": rec["attempt"], "offsets": rec["offsets"],
-        "sources": dg.MetadataValue.json(rec["sources"]),
-        "num_input_rows": rec["num_input_rows"], "num_output_rows": rec["num_output_rows"],
-        "watermark": dg.MetadataValue.timestamp(rec["watermark_ms"] / 1000),
-        "next_watermark": dg.MetadataValue.timestamp(rec["next_watermark_ms"] / 1000),
-        "state_versions": dg.MetadataValue.json(rec["state_versions"]),
-        "state_rows_total": rec["state_rows_total"], "sink": rec["sink"],
-        "sink_version": _sink_version(rec["sink_version"]),
-        "durations_ms": dg.MetadataValue.json(rec["durations_ms"]),
-        "batch_duration_ms": int(rec["durations_ms"].get("trigger_execution", 0)),
-        "processed_rows_per_second": float(rec["processed_rows_per_second"]),
-        "dagster_run_id": run_id, "dagster_run": dg.MetadataValue.dagster_run(run_id), "query_id": rec["query_id"],
-    }
-    return md
-
-
-def _sink_version(v: Any) -> Any:
-    """As `increments history` prints it: the number, '-' when the sink has no versions."""
-    if v is None:
-        return "-"
-    return v if isinstance(v, int) else dg.MetadataValue.json({"version": v})
+    """The batch's own entries of the sink materialization (orchestration/metadata.py)."""
+    from .metadata import batch_metadata
+    return batch_metadata(rec, run_id)

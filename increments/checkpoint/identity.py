@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import time
 import uuid
 from typing import Any, Callable
@@ -34,12 +33,13 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import IncompatibleCheckpointError
+from ..redaction import logger as redacting_logger
 from ..storage import Location
 from .log import BatchLog, resolve_log_url
 from .sql_log import sqlite_failure
 from .metadata import CheckpointMetadata, _read_conf, _read_json_file, create_metadata, read_metadata
 
-logger = logging.getLogger("increments.checkpoint")
+logger = redacting_logger("increments.checkpoint")
 _METADATA = sa.MetaData()
 QUERIES = sa.Table(
     "increments_queries", _METADATA,
@@ -216,6 +216,10 @@ def open_checkpoint(loc: Location, name: str | None, conf: dict[str, Any], log_u
                 errno.ENOSPC, f"query {name!r}: the checkpoint location {loc.url} cannot be written: the disk is full "
                               f"(ENOSPC: {what}). Free space on that disk, or start the query on a checkpoint "
                               "location on another disk.") from e
+        from ..storage.remote import no_such_bucket
+        missing = no_such_bucket(str(e))
+        if missing:          # the checkpoint's bucket or the sink's (its table is looked up here too)
+            raise CheckpointAccessError(f"query {name!r}: {missing}") from e
         raise CheckpointAccessError(
             f"query {name!r}: the checkpoint location {loc.url} cannot be created, read or written: {what}. Use a "
             "location this process can write (a directory it may create, or a bucket prefix its credentials may "

@@ -8,14 +8,16 @@ from __future__ import annotations
 import io
 import json
 
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
-import pyarrow.parquet as pq
+from ..lazy import lazy_module
 
 from ..errors import MalformedInputError
 from ..nested_json import json_to_sql
 from ..types import Schema, is_nested
+
+pa = lazy_module("pyarrow")
+pacsv = lazy_module("pyarrow.csv")
+pajson = lazy_module("pyarrow.json")
+pq = lazy_module("pyarrow.parquet")  # loaded at first use: increments/lazy.py
 
 
 def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> pa.Table:
