@@ -79,6 +79,7 @@ class StreamFrame:
         """Declare the event-time column and how late rows may arrive. With
         `late_rows=inc.dead_letter.delta(path)`, every input row a stateful operator drops as late
         is appended to that Delta table (with batch_id, operator, watermark), once per batch."""
+        _top_level("with_watermark", (column,))
         return StreamFrame(n.WithWatermark(self._node, column, parse_duration_ms(delay), late_rows))
 
     withWatermark = with_watermark
@@ -128,11 +129,13 @@ class StreamFrame:
     groupBy = group_by
 
     def drop_duplicates(self, subset: "list[str] | None" = None) -> "StreamFrame":
+        _top_level("drop_duplicates", subset or ())
         return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, False))
 
     dropDuplicates = drop_duplicates
 
     def drop_duplicates_within_watermark(self, subset: "list[str] | None" = None) -> "StreamFrame":
+        _top_level("drop_duplicates_within_watermark", subset or ())
         return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, True))
 
     def join(self, other: Any, on: Any, how: str = "inner") -> "StreamFrame":
@@ -183,6 +186,18 @@ class StreamFrame:
 
     def __repr__(self) -> str:
         return f"StreamFrame({type(self._node).__name__})"
+
+
+def _top_level(what: str, columns) -> None:
+    """Spark resolves dedup keys and the watermark column among the top-level columns only: a
+    nested field (`e.n`) is refused as the frame is built (UNRESOLVED_COLUMN_AMONG_FIELD_NAMES)."""
+    from ..errors import AnalysisException
+    for c in columns:
+        if isinstance(c, str) and _NESTED_FIELD.fullmatch(c):
+            raise AnalysisException(
+                f"{what}: {c!r} is a nested field; Spark takes only top-level columns here "
+                f"(UNRESOLVED_COLUMN_AMONG_FIELD_NAMES). Make it a column first: "
+                f".with_column({c.rsplit('.', 1)[1]!r}, {c!r}) and use {c.rsplit('.', 1)[1]!r}")
 
 
 def _generator_filter(node: n.Node, exprs: tuple) -> n.Node:

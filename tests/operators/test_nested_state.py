@@ -100,3 +100,11 @@ def test_min_of_a_map_is_refused_like_spark():
     src = inc.read_stream.memory(SCHEMA)
     with pytest.raises(AnalysisException, match="INVALID_ORDERING_TYPE"):
         src.group_by("id").agg(F.min("m")).schema
+
+
+def test_nested_dedup_keys_and_watermark_columns_are_refused_as_the_frame_is_built():
+    src = inc.read_stream.memory("ts TIMESTAMP, e STRUCT<n: INT, at: TIMESTAMP>")
+    with pytest.raises(AnalysisException, match="UNRESOLVED_COLUMN_AMONG_FIELD_NAMES"):
+        src.drop_duplicates(["e.n"])
+    with pytest.raises(AnalysisException, match="nested field"):
+        src.with_watermark("e.at", "1 minute")
