@@ -17,10 +17,13 @@ TIMESTAMPTZ; `TIMESTAMP_NTZ` is the naive one. DuckDB type names themselves (sta
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
-import pyarrow as pa
+from .lazy import lazy_module
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 _ALIASES = {
     "STRING": "VARCHAR", "TEXT": "VARCHAR", "VARCHAR": "VARCHAR",
@@ -32,23 +35,29 @@ _ALIASES = {
     "TIMESTAMP_NTZ": "TIMESTAMP",
     "DATE": "DATE", "BINARY": "BLOB", "BLOB": "BLOB",
 }
-_ARROW = {
-    "VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "SMALLINT": pa.int16(),
-    "TINYINT": pa.int8(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
-    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "TIMESTAMP": pa.timestamp("us"),
-    "DATE": pa.date32(), "BLOB": pa.binary(),
-}
-#: DuckDB type name of each Arrow type in _ARROW
-_NAMES: dict[pa.DataType, str] = {t: name for name, t in _ARROW.items()}
-#: names a state schema may hold besides _ARROW's (DuckDB's synonyms and unsigned types, and the
-#: Arrow spellings state_type_name records for unsigned integers and large binary)
-_READ_BACK = {
-    **_ARROW, "BOOL": pa.bool_(), "INT": pa.int32(), "REAL": pa.float32(), "TEXT": pa.string(),
-    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"), "UBIGINT": pa.uint64(), "UINTEGER": pa.uint32(),
-    "USMALLINT": pa.uint16(), "UTINYINT": pa.uint8(),
-    "UINT64": pa.uint64(), "UINT32": pa.uint32(), "UINT16": pa.uint16(), "UINT8": pa.uint8(),
-    "LARGE_BINARY": pa.large_binary(),
-}
+@functools.cache
+def _tables() -> tuple[dict[str, pa.DataType], dict[pa.DataType, str], dict[str, pa.DataType]]:
+    """(_ARROW, _NAMES, _READ_BACK), built at first use (pyarrow loads then, not with this module):
+    _ARROW: the Arrow type of each DuckDB type name a schema can declare; _NAMES: its inverse;
+    _READ_BACK: the names a state schema may hold besides _ARROW's (DuckDB's synonyms and unsigned
+    types, and the Arrow spellings state_type_name records for unsigned integers and large binary)."""
+    arrow = {
+        "VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "SMALLINT": pa.int16(),
+        "TINYINT": pa.int8(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
+        "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "TIMESTAMP": pa.timestamp("us"),
+        "DATE": pa.date32(), "BLOB": pa.binary(),
+    }
+    names = {t: name for name, t in arrow.items()}
+    read_back = {
+        **arrow, "BOOL": pa.bool_(), "INT": pa.int32(), "REAL": pa.float32(), "TEXT": pa.string(),
+        "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"), "UBIGINT": pa.uint64(), "UINTEGER": pa.uint32(),
+        "USMALLINT": pa.uint16(), "UTINYINT": pa.uint8(),
+        "UINT64": pa.uint64(), "UINT32": pa.uint32(), "UINT16": pa.uint16(), "UINT8": pa.uint8(),
+        "LARGE_BINARY": pa.large_binary(),
+    }
+    return arrow, names, read_back
+
+
 #: DECIMAL(p,s) as schemas write it, DECIMAL128(p, s) as state_type_name records it
 _DECIMAL = re.compile(r"DECIMAL(?:128)?\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
@@ -63,7 +72,7 @@ class Field:
         if self.duckdb_type.startswith("DECIMAL"):
             p, s = re.findall(r"\d+", self.duckdb_type)
             return pa.decimal128(int(p), int(s))
-        return _ARROW[self.duckdb_type]
+        return _tables()[0][self.duckdb_type]
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,7 @@ def parse_schema(schema: "str | Schema | pa.Schema") -> Schema:
     """Parse "a STRING, b BIGINT" (or an Arrow schema) into a Schema."""
     if isinstance(schema, Schema):
         return schema
-    if isinstance(schema, pa.Schema):
+    if not isinstance(schema, str) and isinstance(schema, pa.Schema):
         return Schema(tuple(Field(f.name, arrow_to_duckdb(f.type)) for f in schema))
     fields = []
     for part in re.split(r",(?![^(]*\))", schema):
@@ -122,7 +131,7 @@ def _table_name(t: pa.DataType) -> str | None:
         return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
     if pa.types.is_large_string(t):
         return "VARCHAR"
-    return _NAMES.get(t)
+    return _tables()[1].get(t)
 
 
 def arrow_to_duckdb(t: pa.DataType) -> str:
@@ -150,4 +159,4 @@ def duckdb_to_arrow(name: str) -> pa.DataType | None:
     m = _DECIMAL.fullmatch(name)
     if m:
         return pa.decimal128(int(m.group(1)), int(m.group(2)))
-    return _READ_BACK.get(name)
+    return _tables()[2].get(name)

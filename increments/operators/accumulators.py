@@ -72,6 +72,10 @@ class Accumulators:
                 self.accs.append((name, t, f"{a.func}({c} ORDER BY __rn)", a.func))
                 self.out_fields.append(pa.field(name, t))
 
+    def functions(self) -> list[str]:
+        """Each aggregate as `func(input) AS name` (PhysicalOp.state_functions)."""
+        return [f"{a.func}({a.column if a.column is not None else '*'}) AS {a.output_name}" for a in self.aggs]
+
     @property
     def types(self) -> list[pa.DataType]:
         return [t for _, t, _, _ in self.accs]

@@ -109,6 +109,9 @@ class WindowAggregateOp(PhysicalOp):
         cs = self.children[0].schema
         return self._time_fields() + [(k, state_type_name(cs.field(k).type)) for k in self.store_plain]
 
+    def state_functions(self) -> list[str]:
+        return self.acc.functions()
+
     def state_schema(self) -> dict[str, Any]:
         w = self.window
         return {"key": self.key_fields(), "value": self.acc.value_fields(),

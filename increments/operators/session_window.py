@@ -75,6 +75,9 @@ class SessionWindowOp(PhysicalOp):
     def value_fields(self) -> list[tuple[str, str]]:
         return [(f"{self.spec.name}_end", "TIMESTAMPTZ")] + self.acc.value_fields()
 
+    def state_functions(self) -> list[str]:
+        return self.acc.functions()
+
     def state_schema(self) -> dict[str, Any]:
         return {"key": self.key_fields(), "value": self.value_fields(), "session_gap_ms": self.spec.gap_ms}
 

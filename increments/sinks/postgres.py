@@ -10,8 +10,12 @@ marker to the batch id. Recovery rule: a batch whose id is <= the marker is alre
 commit leaves nothing. The row lock on the marker also serialises two runners of one query.
 
 - append: COPY the rows in.
-- update: COPY into a temporary table, then INSERT ... ON CONFLICT (keys) DO UPDATE. The sink
-  creates the table with PRIMARY KEY (keys); an existing table needs a unique index on them.
+- update: COPY into a temporary table, then INSERT ... ON CONFLICT (keys) DO UPDATE for the rows
+  whose keys are all non-NULL; a row with a NULL key replaces the row whose keys are NOT DISTINCT
+  from its own (DELETE, then INSERT: ON CONFLICT never matches NULLs), so a NULL group is one row,
+  updated in place, as Spark's result keys are null-safe. The sink creates the table with UNIQUE
+  NULLS NOT DISTINCT (keys) (PostgreSQL 15+; PRIMARY KEY before 15, which cannot hold a NULL key:
+  such a batch fails naming the column); an existing table needs a unique index on the keys.
 - complete: DELETE every row, then COPY the whole result (readers never see a partial table).
 
 The table is created from the Arrow schema on the first batch. Struct columns (e.g. `window`)
@@ -28,6 +32,7 @@ import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
 from ..errors import SinkSchemaError
+from ..options import sink_options
 from .base import Sink, SinkResult
 
 MARKER = "increments_sink_batches"
@@ -90,8 +95,8 @@ def _q(name: str) -> str:
 
 class PostgresSink(Sink):
     def __init__(self, options: dict[str, Any]):
-        self.url = options.get("url")
-        self.table = options.get("table") or options.get("dbtable")
+        o = sink_options("postgres", options, "format('postgres')")
+        self.url, self.table = o["url"], o["table"]
         if not self.url or not self.table:
             raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
                              ".option('table', 'name')")
@@ -154,7 +159,7 @@ class PostgresSink(Sink):
             if mode == "complete":
                 conn.execute(sa.text(f"DELETE FROM {self.qtable}"))
             if mode == "update" and table.num_rows:
-                self._upsert(conn, table, keys)
+                self._upsert(conn, table, keys, batch_id)
             elif table.num_rows:
                 self._copy(conn, self.qtable, table)
             self._mark_batch(conn, batch_id)
@@ -199,7 +204,11 @@ class PostgresSink(Sink):
 
     def _create(self, conn, schema: pa.Schema, keys: list[str]) -> None:
         cols = ", ".join(f"{_q(f.name)} {pg_type(f.type)}" for f in schema)
-        pk = f", PRIMARY KEY ({', '.join(_q(k) for k in self._flat_keys(schema, keys))})" if keys else ""
+        pk = ""
+        if keys:
+            flat = ", ".join(_q(k) for k in self._flat_keys(schema, keys))
+            nulls_ok = (conn.dialect.server_version_info or (0,)) >= (15,)
+            pk = f", UNIQUE NULLS NOT DISTINCT ({flat})" if nulls_ok else f", PRIMARY KEY ({flat})"
         conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {self.qtable} ({cols}{pk})"))
 
     @staticmethod
@@ -220,12 +229,40 @@ class PostgresSink(Sink):
             with cur.copy(f"COPY {qtable} ({cols}) FROM STDIN WITH (FORMAT csv)") as cp:
                 cp.write(buf.getvalue())
 
-    def _upsert(self, conn, table: pa.Table, keys: list[str]) -> None:
+    def _upsert(self, conn, table: pa.Table, keys: list[str], batch_id: int = -1) -> None:
+        """Upsert on the keys, null-safely (module doc): ON CONFLICT for the rows without a NULL
+        key (the unique index decides), DELETE + INSERT for the others (few: NULL groups)."""
         flat_keys = self._flat_keys(table.schema, keys)
+        nulls = [k for k in flat_keys if table.column(k).null_count]
+        if nulls:
+            self._refuse_not_null_keys(conn, nulls, flat_keys, batch_id)
         conn.execute(sa.text(f"CREATE TEMP TABLE __inc_upsert (LIKE {self.qtable}) ON COMMIT DROP"))
         self._copy(conn, "__inc_upsert", table)
         cols = ", ".join(_q(c) for c in table.column_names)
         sets = ", ".join(f"{_q(c)} = EXCLUDED.{_q(c)}" for c in table.column_names if c not in flat_keys)
         action = f"DO UPDATE SET {sets}" if sets else "DO NOTHING"
+        any_null = " OR ".join(f"{_q(k)} IS NULL" for k in flat_keys)
         conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert "
-                             f"ON CONFLICT ({', '.join(_q(k) for k in flat_keys)}) {action}"))
+                             f"WHERE NOT ({any_null}) ON CONFLICT ({', '.join(_q(k) for k in flat_keys)}) {action}"))
+        if not nulls:
+            return
+        same = " AND ".join(f"t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)}" for k in flat_keys)
+        conn.execute(sa.text(f"DELETE FROM {self.qtable} AS t USING (SELECT * FROM __inc_upsert WHERE {any_null}) "
+                             f"AS s WHERE {same}"))
+        conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert WHERE {any_null}"))
+
+    def _refuse_not_null_keys(self, conn, nulls: list[str], flat_keys: list[str], batch_id: int) -> None:
+        """SinkSchemaError when a key column holding a NULL in this batch is NOT NULL in the table
+        (a primary key: a table created before PostgreSQL 15 or by hand); the batch's transaction
+        is rolled back (add_batch), so nothing of it is written."""
+        strict = set(conn.execute(sa.text(
+            "SELECT attname FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) AND attnum > 0 AND attnotnull"),
+            {"t": self.qtable}).scalars())
+        bad = [k for k in nulls if k in strict]
+        if bad:
+            raise SinkSchemaError(
+                f"{self.description}, batch {batch_id}: the output has a NULL in key column(s) {bad} (a group whose key is "
+                f"NULL, as Spark keeps it), but the table declares them NOT NULL (a primary key), so it cannot hold "
+                f"that group. Nothing of the batch was written. Let the table take NULL keys (PostgreSQL 15+: "
+                f"replace its primary key by UNIQUE NULLS NOT DISTINCT ({', '.join(_q(k) for k in flat_keys)})), or "
+                f"filter or coalesce the NULL keys in the query.")

@@ -8,13 +8,15 @@ from __future__ import annotations
 import io
 import json
 
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
-import pyarrow.parquet as pq
+from ..lazy import lazy_module
 
 from ..errors import MalformedInputError
 from ..types import Schema
+
+pa = lazy_module("pyarrow")
+pacsv = lazy_module("pyarrow.csv")
+pajson = lazy_module("pyarrow.json")
+pq = lazy_module("pyarrow.parquet")  # loaded at first use: increments/lazy.py
 
 
 def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> pa.Table:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
@@ -56,6 +56,8 @@ from .base import Source
 from .prefetch import ReadAhead
 from .read_files_window import DEFAULT_WINDOW, ReadFilesWindow
 from .seen_files import SeenFilesLog
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 log = redacting_logger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")

@@ -74,9 +74,11 @@ def test_udfs_in_select_filter_and_with_column_batch_by_batch(tmp_path):
 def test_udf_in_sql_text_and_nested_calls(tmp_path):
     src = _src(tmp_path, [[{"k": "x", "v": 3, "ts": "2024-01-01T10:00:00Z"}, {"k": "y", "v": 6, "ts": "2024-01-01T10:00:00Z"}]])
     norm = F.udf(norm_key)   # the return type defaults to STRING, as in PySpark
-    out = src.filter(f"{doubled('v')} > 10 AND k = 'y'").select("*", norm(F.udf(lambda s: s.upper() + " ")("k")))
+    out = (src.filter(f"{doubled('v')} > 10 AND k = 'y'")
+           .select("*", norm(F.udf(lambda s: s.upper() + " ")("k")), doubled(F.col("v")), doubled("v + 1")))
     batches, _ = _run(out, tmp_path)
-    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y"}]}
+    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y", "doubled(v)": 12,
+                            "doubled(v + 1)": 14}]}
 
 
 def test_udf_group_by_key_before_a_windowed_aggregation(tmp_path):
@@ -206,3 +208,13 @@ def test_a_udf_filter_is_split_around_the_watermark_as_spark_splits_it(tmp_path)
     # nested: a UDF over a UDF of ts stays above
     nested = F.udf(lambda b: b, "boolean")(minute_not_30("ts"))
     assert _second_watermark(tmp_path / "4", lambda f: f.filter(nested)) == "2024-01-01T10:25:00.000Z"
+
+
+def test_udfs_on_qualified_columns_after_a_stream_static_join(tmp_path):
+    src = _src(tmp_path, [[{"k": "a", "v": 1, "ts": "2024-01-01T10:00:00Z"}, {"k": "b", "v": 2, "ts": "2024-01-01T10:00:00Z"}]])
+    names = pa.table({"id": ["a", "b"], "name": ["alpha", "beta"]})
+    up = F.udf(lambda s: s.upper(), "string")
+    out = (src.alias("i").join(names, "i.k = id").filter(up("i.k") == "B")
+           .select("i.k", up("name"), up("i.k").alias("K")))
+    batches, _ = _run(out, tmp_path)
+    assert batches == {0: [{"k": "b", "<lambda>(name)": "BETA", "K": "B"}]}
