@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .durations import parse_duration_ms
+from .identifiers import duckdb_ident
 from .udf import arrow_udf, pandas_udf, udf  # noqa: F401 - F.udf, F.pandas_udf, F.arrow_udf (increments/udf.py)
 
 
@@ -138,7 +139,7 @@ def last(column: str) -> AggExpr:
 
 def col(name: str) -> str:
     """A column reference as SQL text (expressions are DuckDB SQL)."""
-    return '"' + name.replace('"', '""') + '"'
+    return duckdb_ident(name)
 
 
 def expr(sql: str) -> str:

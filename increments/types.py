@@ -79,6 +79,20 @@ class Field:
 class Schema:
     fields: tuple[Field, ...]
 
+    def __post_init__(self) -> None:
+        """A column name may appear once (compared case-insensitively, as Spark and DuckDB resolve
+        names): a duplicate is refused here, where the schema is declared, naming it."""
+        seen: dict[str, str] = {}
+        for f in self.fields:
+            key = f.name.lower()
+            if key in seen:
+                other = seen[key]
+                what = (f"the column {f.name!r} is declared twice" if other == f.name else
+                        f"the columns {other!r} and {f.name!r} are one name (names are compared case-insensitively)")
+                raise ValueError(f"schema {', '.join(f'{x.name} {x.duckdb_type}' for x in self.fields)!r}: {what}; "
+                                 "give each column its own name")
+            seen[key] = f.name
+
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.fields]

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable
 from .lazy import lazy_module
 
 from .errors import IncrementsError
+from .identifiers import duckdb_ident
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
@@ -59,8 +60,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUOTED = re.compile(r'"((?:[^"]|"")+)"')
 
 
-def quote_ident(name: str) -> str:   # as increments.sql's (not imported: it loads DuckDB)
-    return '"' + name.replace('"', '""') + '"'
+quote_ident = duckdb_ident     # increments/identifiers.py (not increments.sql: that loads DuckDB)
 
 
 class PythonUdfError(IncrementsError):

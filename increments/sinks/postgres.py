@@ -32,6 +32,7 @@ import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
 from ..errors import SinkSchemaError
+from ..identifiers import pg_ident, pg_table, pg_text_ident, pg_text_table
 from ..options import sink_options
 from .base import Sink, SinkResult
 
@@ -89,8 +90,8 @@ def _csv_ready(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+#: an identifier inside sa.text(): quoted, its colons escaped (a ':x' in a name is no bind parameter)
+_q = pg_text_ident
 
 
 class PostgresSink(Sink):
@@ -100,8 +101,8 @@ class PostgresSink(Sink):
         if not self.url or not self.table:
             raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
                              ".option('table', 'name')")
-        parts = str(self.table).split(".")
-        self.qtable = ".".join(_q(p) for p in parts)
+        self.qtable = pg_text_table(self.table)          # in sa.text() statements
+        self.driver_table = pg_table(self.table)         # in SQL the driver gets as it is (COPY, regclass)
         self._engine = None
 
     @property
@@ -161,7 +162,7 @@ class PostgresSink(Sink):
             if mode == "update" and table.num_rows:
                 self._upsert(conn, table, keys, batch_id)
             elif table.num_rows:
-                self._copy(conn, self.qtable, table)
+                self._copy(conn, self.driver_table, table)
             self._mark_batch(conn, batch_id)
         return SinkResult(table.num_rows, version=batch_id)
 
@@ -223,7 +224,7 @@ class PostgresSink(Sink):
         # one chunk per column: pyarrow 26's CSV writer emits NUL bytes for a column whose first
         # chunk is empty (a concatenation that starts with an empty table), which COPY refuses
         pacsv.write_csv(_csv_ready(table.combine_chunks()), buf, pacsv.WriteOptions(include_header=False))
-        cols = ", ".join(_q(c) for c in table.column_names)
+        cols = ", ".join(pg_ident(c) for c in table.column_names)
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:
             with cur.copy(f"COPY {qtable} ({cols}) FROM STDIN WITH (FORMAT csv)") as cp:
@@ -257,7 +258,7 @@ class PostgresSink(Sink):
         is rolled back (add_batch), so nothing of it is written."""
         strict = set(conn.execute(sa.text(
             "SELECT attname FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) AND attnum > 0 AND attnotnull"),
-            {"t": self.qtable}).scalars())
+            {"t": self.driver_table}).scalars())
         bad = [k for k in nulls if k in strict]
         if bad:
             raise SinkSchemaError(

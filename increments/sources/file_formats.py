@@ -11,6 +11,7 @@ import json
 from ..lazy import lazy_module
 
 from ..errors import MalformedInputError
+from ..identifiers import duckdb_ident
 from ..types import Schema
 
 pa = lazy_module("pyarrow")
@@ -116,8 +117,7 @@ def strict_json_types(duckdb_type: str) -> tuple[str, ...] | None:
     return _STRICT.get(duckdb_type)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+_q = duckdb_ident
 
 
 def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
