@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from .durations import parse_duration_ms
 from .errors import AnalysisException
+from .identifiers import check_query_name
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -93,6 +94,8 @@ class Option:
             if not isinstance(value, str):
                 raise bad()
             return value
+        if k == "query_name":
+            return check_query_name(value, f"{where}: option query_name")
         if k == "path":
             if not isinstance(value, (str, os.PathLike)):
                 raise bad()
@@ -162,7 +165,8 @@ QUERY = Scope("query", "every query (`write_stream.option`)", (
     _o("checkpoint_location", "path", None, "the checkpoint; same as .checkpoint_location(path)",
        aliases=("checkpointLocation",), default_doc="none (required except for memory and console)"),
     _o("path", "path", None, "the sink's table or directory; same as .start(path)"),
-    _o("query_name", "str", None, "the query's name; same as .query_name(name)", aliases=("queryName",)),
+    _o("query_name", "query_name", None, "the query's name (letters, digits, `_`, `-`); same as .query_name(name)",
+       aliases=("queryName",)),
     _o("log_url", "str", None, "SQLAlchemy URL of the offsets/commits log, e.g. `postgresql+psycopg://user@host/db`; "
        "required (PostgreSQL) with a remote checkpoint",
        default_doc="env `INCREMENTS_LOG_URL`, else `sqlite:///<checkpoint>/log.sqlite`"),

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable
 from .lazy import lazy_module
 
 from .errors import IncrementsError
+from .identifiers import duckdb_ident
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
@@ -59,8 +60,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUOTED = re.compile(r'"((?:[^"]|"")+)"')
 
 
-def quote_ident(name: str) -> str:   # as increments.sql's (not imported: it loads DuckDB)
-    return '"' + name.replace('"', '""') + '"'
+quote_ident = duckdb_ident     # increments/identifiers.py (not increments.sql: that loads DuckDB)
 
 
 class PythonUdfError(IncrementsError):
@@ -300,6 +300,13 @@ def calls_in(texts: Iterable[str]) -> list[UdfCall]:
 def has_udf(*exprs: Any) -> bool:
     return any(isinstance(e, Column) or (isinstance(e, str) and any(t in _CALLS for t in _TOKEN.findall(e)))
                for e in exprs)
+
+
+def refuse(expr: Any, where: str) -> None:
+    """TypeError when `expr` holds a UDF call where the engine does not evaluate one."""
+    if has_udf(expr):
+        raise TypeError(f"a UDF call in {where} is not supported: compute it first with "
+                        "with_column(name, f(...)) and refer to that column")
 
 
 def _levels(calls: list[UdfCall]) -> list[list[UdfCall]]:

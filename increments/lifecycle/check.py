@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 from .. import storage
-from ..checkpoint.metadata import _read_conf, read_metadata
+from ..checkpoint.metadata import _read_conf, read_metadata, upgraded_conf
 from ..errors import IncrementsError
 from ..execution.runtime import start_conf
 from ..options import writer_options
@@ -124,7 +124,7 @@ def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
         return Report(name, loc.url, [Finding(False, f"{loc.join('conf.json')} is missing: nothing to compare with",
                                               "the start restores it from the log's identity row and compares then; "
                                               "restore conf.json from a backup, or start the query once")])
-    findings = compare(fixed, _as_stored(conf))
+    findings = compare(upgraded_conf(fixed), _as_stored(conf))
     findings += _sink_schema(sink, plan, s.output_mode, opts)
     if not all(f.safe for f in findings):
         findings = [f for f in findings if not f.safe]

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
+from ..identifiers import delta_ident
 from ..options import sink_options
 from ..sources.delta_files import conform, file_location, read_parquet
 from .base import Sink, SinkContext, SinkResult
@@ -109,8 +110,7 @@ def append_once(path: str, table: pa.Table, app_id: str, batch_id: int, storage_
     return True
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+_quote = delta_ident      # a column in a delta-rs predicate (increments/identifiers.py)
 
 
 class DeltaSink(Sink):

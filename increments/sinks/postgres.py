@@ -19,7 +19,9 @@ commit leaves nothing. The row lock on the marker also serialises two runners of
 - complete: DELETE every row, then COPY the whole result (readers never see a partial table).
 
 The table is created from the Arrow schema on the first batch. Struct columns (e.g. `window`)
-are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type.
+are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type;
+ARRAY and MAP columns (also inside a flattened struct) are JSONB: a list as a JSON array, a map as
+a JSON object (keys as text), a struct inside either as an object (DuckDB's to_json).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
 from ..errors import SinkSchemaError
+from ..identifiers import pg_ident, pg_table, pg_text_ident, pg_text_table
 from ..options import sink_options
 from .base import Sink, SinkResult
 
@@ -61,7 +64,20 @@ def pg_type(t: pa.DataType) -> str:
         return "BYTEA"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "TEXT"
+    if _is_json(t):
+        return "JSONB"
     raise TypeError(f"format('postgres'): no PostgreSQL type for Arrow {t}; cast the column in a select first")
+
+
+def _is_json(t: pa.DataType) -> bool:
+    """ARRAY / MAP columns (and structs inside them) go to JSONB."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_map(t)
+
+
+def _json_text(col) -> pa.Array:
+    """A list / map column as JSON text (NULL stays NULL), by DuckDB's to_json."""
+    from ..sql import run_sql
+    return run_sql("SELECT CAST(to_json(c) AS VARCHAR) AS c FROM __j", {"__j": pa.table({"c": col})}).column("c")
 
 
 def flatten(table: pa.Table) -> pa.Table:
@@ -85,12 +101,14 @@ def _csv_ready(table: pa.Table) -> pa.Table:
             col = pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
         elif pa.types.is_timestamp(col.type) and col.type.tz:
             col = pc.strftime(col, "%Y-%m-%dT%H:%M:%S+00:00")
+        elif _is_json(col.type):
+            col = _json_text(col)
         cols.append(col)
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+#: an identifier inside sa.text(): quoted, its colons escaped (a ':x' in a name is no bind parameter)
+_q = pg_text_ident
 
 
 class PostgresSink(Sink):
@@ -100,8 +118,8 @@ class PostgresSink(Sink):
         if not self.url or not self.table:
             raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
                              ".option('table', 'name')")
-        parts = str(self.table).split(".")
-        self.qtable = ".".join(_q(p) for p in parts)
+        self.qtable = pg_text_table(self.table)          # in sa.text() statements
+        self.driver_table = pg_table(self.table)         # in SQL the driver gets as it is (COPY, regclass)
         self._engine = None
 
     @property
@@ -161,7 +179,7 @@ class PostgresSink(Sink):
             if mode == "update" and table.num_rows:
                 self._upsert(conn, table, keys, batch_id)
             elif table.num_rows:
-                self._copy(conn, self.qtable, table)
+                self._copy(conn, self.driver_table, table)
             self._mark_batch(conn, batch_id)
         return SinkResult(table.num_rows, version=batch_id)
 
@@ -223,7 +241,7 @@ class PostgresSink(Sink):
         # one chunk per column: pyarrow 26's CSV writer emits NUL bytes for a column whose first
         # chunk is empty (a concatenation that starts with an empty table), which COPY refuses
         pacsv.write_csv(_csv_ready(table.combine_chunks()), buf, pacsv.WriteOptions(include_header=False))
-        cols = ", ".join(_q(c) for c in table.column_names)
+        cols = ", ".join(pg_ident(c) for c in table.column_names)
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:
             with cur.copy(f"COPY {qtable} ({cols}) FROM STDIN WITH (FORMAT csv)") as cp:
@@ -257,7 +275,7 @@ class PostgresSink(Sink):
         is rolled back (add_batch), so nothing of it is written."""
         strict = set(conn.execute(sa.text(
             "SELECT attname FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) AND attnum > 0 AND attnotnull"),
-            {"t": self.qtable}).scalars())
+            {"t": self.driver_table}).scalars())
         bad = [k for k in nulls if k in strict]
         if bad:
             raise SinkSchemaError(
