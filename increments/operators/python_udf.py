@@ -112,8 +112,11 @@ def evaluate(ctx: BatchContext, udf: UserDefinedFunction, display: str, args: li
                     "raised on the batch as a whole (no single row reproduces it)", e) from e
     try:
         result = _to_arrow(raw, rt)
-    except Exception as e:  # noqa: BLE001
-        raise _fail(ctx, udf, display, args, None, f"returned values that do not convert to {rt}", e) from e
+    except Exception as e:  # noqa: BLE001 - name the first value that does not convert, if one alone fails
+        row, value = _bad_value(raw, rt)
+        what = (f"returned {_value_repr(value)}, which is not a {rt}," if row is not None
+                else f"returned values that do not convert to {rt}")
+        raise _fail(ctx, udf, display, args, row, what, e) from e
     if len(result) != n_rows:
         raise _fail(ctx, udf, display, args, None, f"returned {len(result)} values for {n_rows} rows (a vectorized "
                     "UDF returns one value per input row)")
@@ -150,6 +153,19 @@ def _to_arrow(raw: Any, rt: pa.DataType) -> pa.Array:
     except ImportError:
         pass
     return pa.array(list(raw), type=rt)
+
+
+def _bad_value(raw: Any, rt: pa.DataType) -> tuple[int | None, Any]:
+    try:
+        values = raw.to_pylist() if isinstance(raw, (pa.Array, pa.ChunkedArray)) else list(raw)
+    except Exception:  # noqa: BLE001
+        return None, None
+    for i, v in enumerate(values):
+        try:
+            _to_arrow(raw.iloc[i:i + 1] if hasattr(raw, "iloc") else [v], rt)
+        except Exception:  # noqa: BLE001
+            return i, v
+    return None, None
 
 
 def _locate(udf: UserDefinedFunction, args: list[pa.Array], n_rows: int) -> int | None:

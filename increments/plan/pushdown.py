@@ -41,7 +41,9 @@ _LIKE = {"~~", "like_escape", "prefix", "suffix", "contains", "starts_with", "en
 
 
 def _is_col(e: dict) -> bool:
-    return e.get("class") == "COLUMN_REF"
+    """A top-level column: Spark pushes no predicate on a nested field (`e.user.id`) into a JSON
+    or CSV scan (nested predicate pushdown is for Parquet/ORC only)."""
+    return e.get("class") == "COLUMN_REF" and len(e.get("column_names") or ()) == 1
 
 
 def _is_lit(e: dict) -> bool:

@@ -140,6 +140,10 @@ def test_wrong_results_fail_the_batch_naming_the_value(tmp_path):
     with pytest.raises(StreamingQueryException, match=r"returned 'x', which is not a int64 on row 1 of the batch, "
                                                       r"input \(2\)"):
         q.await_termination()
+    q = _writer(src.select(F.pandas_udf(lambda v: v.astype(object).where(v == 1, "two"), "bigint")("v")), tmp_path).start()
+    with pytest.raises(StreamingQueryException, match=r"returned 'two', which is not a int64, on row 1 of the batch, "
+                                                      r"input \(2\)"):
+        q.await_termination()
     q = _writer(src.select(F.arrow_udf(lambda v: v.slice(0, 1), "bigint")("v")), tmp_path).start()
     with pytest.raises(StreamingQueryException, match="returned 1 values for 2 rows"):
         q.await_termination()
@@ -208,6 +212,9 @@ def test_a_udf_filter_is_split_around_the_watermark_as_spark_splits_it(tmp_path)
     # nested: a UDF over a UDF of ts stays above
     nested = F.udf(lambda b: b, "boolean")(minute_not_30("ts"))
     assert _second_watermark(tmp_path / "4", lambda f: f.filter(nested)) == "2024-01-01T10:25:00.000Z"
+    # a nondeterministic UDF stays above (Spark pushes deterministic predicates only)
+    random_keep = F.udf(lambda s: s != "drop", "boolean").as_nondeterministic()
+    assert _second_watermark(tmp_path / "5", lambda f: f.filter(random_keep("k"))) == "2024-01-01T10:25:00.000Z"
 
 
 def test_udfs_on_qualified_columns_after_a_stream_static_join(tmp_path):
