@@ -19,7 +19,9 @@ commit leaves nothing. The row lock on the marker also serialises two runners of
 - complete: DELETE every row, then COPY the whole result (readers never see a partial table).
 
 The table is created from the Arrow schema on the first batch. Struct columns (e.g. `window`)
-are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type.
+are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type;
+ARRAY and MAP columns (also inside a flattened struct) are JSONB: a list as a JSON array, a map as
+a JSON object (keys as text), a struct inside either as an object (DuckDB's to_json).
 """
 from __future__ import annotations
 
@@ -62,7 +64,20 @@ def pg_type(t: pa.DataType) -> str:
         return "BYTEA"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "TEXT"
+    if _is_json(t):
+        return "JSONB"
     raise TypeError(f"format('postgres'): no PostgreSQL type for Arrow {t}; cast the column in a select first")
+
+
+def _is_json(t: pa.DataType) -> bool:
+    """ARRAY / MAP columns (and structs inside them) go to JSONB."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_map(t)
+
+
+def _json_text(col) -> pa.Array:
+    """A list / map column as JSON text (NULL stays NULL), by DuckDB's to_json."""
+    from ..sql import run_sql
+    return run_sql("SELECT CAST(to_json(c) AS VARCHAR) AS c FROM __j", {"__j": pa.table({"c": col})}).column("c")
 
 
 def flatten(table: pa.Table) -> pa.Table:
@@ -86,6 +101,8 @@ def _csv_ready(table: pa.Table) -> pa.Table:
             col = pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
         elif pa.types.is_timestamp(col.type) and col.type.tz:
             col = pc.strftime(col, "%Y-%m-%dT%H:%M:%S+00:00")
+        elif _is_json(col.type):
+            col = _json_text(col)
         cols.append(col)
     return pa.Table.from_arrays(cols, names=table.column_names)
 
