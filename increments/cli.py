@@ -54,6 +54,7 @@ from .checkpoint.identity import LOG_FILE, QUERIES, Identities, describe_url, re
 from .checkpoint.log import BatchLog, open_log, resolve_log_url
 from .checkpoint.metadata import read_metadata
 from .errors import IncrementsError
+from .options import writer_options
 
 
 def _fmt_ts(ms: int | None) -> str:
@@ -91,8 +92,9 @@ def _resolve(query: str, checkpoint: str | None, log_url: str | None,
         fn = fn[0] if isinstance(fn, tuple) else fn
         s = fn().settings
         if s.query_name == query:
-            return (s.checkpoint, log_url or s.options.get("log_url"),
-                    {**(s.options.get("storage_options") or {}), **storage_options})
+            o = writer_options(s, required=False)
+            return (s.checkpoint or o["checkpoint_location"], log_url or o["log_url"],
+                    {**(o["storage_options"] or {}), **storage_options})
     raise SystemExit(f"increments history: no checkpoint directory and no registered query named {query!r} in "
                      f"{mod.__name__}; pass --checkpoint PATH")
 
@@ -259,7 +261,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     writer, path = load_writer(args.query)
     opts = _storage_options(args.storage_option)
     if opts:
-        writer = writer.option("storage_options", {**(writer.settings.options.get("storage_options") or {}), **opts})
+        own = writer_options(writer.settings, required=False)["storage_options"] or {}
+        writer = writer.option("storage_options", {**own, **opts})
     if args.log_url:
         writer = writer.option("log_url", args.log_url)
     try:

@@ -23,6 +23,7 @@ from typing import Any
 
 import dagster as dg
 
+from increments.options import writer_options
 from increments.redaction import redact_url
 
 
@@ -65,7 +66,8 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     """(key, description) of the table a query writes."""
     sink = settings.sink
     fmt = (settings.format or "").lower()
-    where = path or settings.path or settings.options.get("path")
+    o = writer_options(settings, required=False)
+    where = path or settings.path or o["path"]
     if sink is not None:
         kind = type(sink).__name__.lower()
         where = getattr(sink, "path", None)
@@ -79,7 +81,7 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     if fmt == "parquet" and where:
         return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {redact_url(where)}"
     if fmt in ("postgres", "postgresql"):
-        return _pg(settings.options.get("table") or settings.options.get("dbtable"), query_key)
+        return _pg(o["table"], query_key)
     return dg.AssetKey(["sink", query_key]), f"{fmt or 'custom'} sink of query {query_key}"
 
 

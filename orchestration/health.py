@@ -53,7 +53,7 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
         return {r: (True, {}, "no committed batch yet") for r in rules}
     off = rt.log.get_offsets(commit.batch_id)
     prev = rt.log.get_offsets(commit.batch_id - 1) if commit.batch_id > 0 else None
-    opts = rt.settings.options
+    opts = rt.options                      # checked and typed (increments/options.py)
     out: dict[str, tuple[bool, dict[str, Any], str]] = {}
     n = commit.num_input_rows
     ex_ms = max(_exec_ms(commit), 1)

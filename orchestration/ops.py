@@ -27,12 +27,12 @@ from increments.redaction import redact
 
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
-OFFSETS_TAG = "increments/offsets"
+OFFSETS_TAG = "increments/offsets"      # not set any more (metadata `offsets`); kept for old runs' readers
 OUTCOME_TAG = "increments/outcome"
 REASON_TAG = "increments/reason"
 ERROR_TAG = "increments/error"
 DRAIN_TAG = "increments/drain_id"
-ATTEMPT_TAG = "increments/attempt"
+ATTEMPT_TAG = "increments/attempt"      # not set any more (metadata `attempt`); kept for old runs' readers
 CHAINED_TAG = "increments/after_run"
 ERRORS_CHECK = "batch_errors"
 
@@ -152,8 +152,9 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             context.log.info(msg)
             end_without_batch(context, spec, "idle", "no new data, no time-based work"
                               + (f"; drain {drain.drain_id} done" if drain is not None else ""))
-        tags = {OUTCOME_TAG: "running", BATCH_TAG: plan.batch_id, OFFSETS_TAG: runner.offsets_text(plan.entry),
-                ATTEMPT_TAG: plan.entry.attempt}
+        # run tags are what users filter the runs list by (query, batch, drain, outcome); the offsets
+        # and the attempt are metadata (this step's output, the sink's materialization)
+        tags = {OUTCOME_TAG: "running", BATCH_TAG: plan.batch_id}
         if drain is not None:
             DrainLog.for_runtime(rt).record_batch(drain.drain_id, plan.batch_id)
             tags[DRAIN_TAG] = drain.drain_id

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import streams
 from ..errors import AnalysisException
 from ..execution.settings import WriterSettings
+from ..identifiers import check_query_name
 from ..triggers import Trigger
 
 if TYPE_CHECKING:       # the engine (DuckDB, pyarrow) loads when a query is built or started, not with the writer
@@ -68,8 +69,9 @@ class DataStreamWriter:
         return w
 
     def query_name(self, name: str) -> "DataStreamWriter":
+        """The query's name: letters, digits, '_' and '-' (increments/identifiers.py), refused here otherwise."""
         w = self._copy()
-        w._s.query_name = name
+        w._s.query_name = check_query_name(name)
         return w
 
     queryName = query_name

@@ -11,11 +11,15 @@ from . import nodes as n
 
 @dataclass(frozen=True, eq=False)
 class UdfEval(n.Unary):
-    """Each UDF's result column `<token>` from its argument columns `<token>_a0..` (dropped)."""
+    """Each UDF's result column from its argument columns: input columns read as they are (a
+    plain column name, an inner UDF's result) or hidden ones `<token>_a<j>` a SQL stage below
+    computed (dropped here). The result is named `<token>`, or `outputs[i]` when set (with_column
+    of a bare call: the named column, replaced in place if it exists)."""
     udfs: tuple[Any, ...] = ()          # increments.udf.UserDefinedFunction each
-    tokens: tuple[str, ...] = ()        # result column of each
-    arities: tuple[int, ...] = ()       # number of argument columns of each
+    tokens: tuple[str, ...] = ()        # the call's hidden result column
+    args: tuple[tuple[str, ...], ...] = ()   # the argument columns of each
     displays: tuple[str, ...] = ()      # the call as Spark names it (for messages)
+    outputs: tuple[str | None, ...] = ()     # the result's column name, None: the token
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,6 +40,8 @@ class MapBatches(n.Unary):
     func: Any = None
     schema: Any = None          # increments.types.Schema of the output
     kind: str = "arrow"         # "arrow" | "pandas"
+    #: its output columns are new: no with_watermark below it reaches the operators above (validate.py)
+    resets_watermarks = True
 
 
 def map_batches_node(child: n.Node, func: Any, schema: Any, kind: str) -> MapBatches:

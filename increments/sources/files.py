@@ -75,6 +75,13 @@ READ_AHEAD_BYTES = 128 << 20
 MULTI_FILE_SCAN_MIN = 8
 
 
+def normalized_path(path: str) -> str:
+    """`path` (a directory, file or glob; local or URL) as one spelling: a local path made absolute
+    and normalized, a URL without trailing slashes; a glob keeps its pattern."""
+    root, pattern = split_glob(path)
+    return root if pattern is None else (root.rstrip("/") + "/" + pattern)
+
+
 class FileSource(Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
@@ -103,8 +110,10 @@ class FileSource(Source):
         self.changed_files_window = changed_files_window
         self._window: ReadFilesWindow | None = None
         self._subfolders_checked = False
-        self.path = path
         self.root_url, self.pattern = split_glob(path)
+        #: the path as the checkpoint records it: absolute, no trailing slash (so "in", "./in/" and
+        #: "/abs/in" are one source; checkpoint/metadata.py upgrades what earlier releases recorded)
+        self.path = normalized_path(path)
         self.storage_options = dict(storage_options or {})
         storage.remember_secrets(self.storage_options)
         self.format = fmt

@@ -74,9 +74,11 @@ def test_udfs_in_select_filter_and_with_column_batch_by_batch(tmp_path):
 def test_udf_in_sql_text_and_nested_calls(tmp_path):
     src = _src(tmp_path, [[{"k": "x", "v": 3, "ts": "2024-01-01T10:00:00Z"}, {"k": "y", "v": 6, "ts": "2024-01-01T10:00:00Z"}]])
     norm = F.udf(norm_key)   # the return type defaults to STRING, as in PySpark
-    out = src.filter(f"{doubled('v')} > 10 AND k = 'y'").select("*", norm(F.udf(lambda s: s.upper() + " ")("k")))
+    out = (src.filter(f"{doubled('v')} > 10 AND k = 'y'")
+           .select("*", norm(F.udf(lambda s: s.upper() + " ")("k")), doubled(F.col("v")), doubled("v + 1")))
     batches, _ = _run(out, tmp_path)
-    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y"}]}
+    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y", "doubled(v)": 12,
+                            "doubled(v + 1)": 14}]}
 
 
 def test_udf_group_by_key_before_a_windowed_aggregation(tmp_path):
@@ -138,6 +140,10 @@ def test_wrong_results_fail_the_batch_naming_the_value(tmp_path):
     with pytest.raises(StreamingQueryException, match=r"returned 'x', which is not a int64 on row 1 of the batch, "
                                                       r"input \(2\)"):
         q.await_termination()
+    q = _writer(src.select(F.pandas_udf(lambda v: v.astype(object).where(v == 1, "two"), "bigint")("v")), tmp_path).start()
+    with pytest.raises(StreamingQueryException, match=r"returned 'two', which is not a int64, on row 1 of the batch, "
+                                                      r"input \(2\)"):
+        q.await_termination()
     q = _writer(src.select(F.arrow_udf(lambda v: v.slice(0, 1), "bigint")("v")), tmp_path).start()
     with pytest.raises(StreamingQueryException, match="returned 1 values for 2 rows"):
         q.await_termination()
@@ -153,6 +159,10 @@ def test_refusals_before_any_batch(tmp_path):
         src.filter(F.udf(norm_key)("k"))
     with pytest.raises(TypeError, match="Python bool"):
         bool(doubled("v") > 1)
+    with pytest.raises(TypeError, match="a UDF call in an expectation's condition is not supported: compute it first"):
+        src.expect("even", f"{is_even('v')}")
+    with pytest.raises(TypeError, match="a UDF call in a join condition is not supported"):
+        src.join(pa.table({"x": [1]}), f"{doubled('v')} = x")
 
 
 def test_the_plan_and_increments_check_name_the_udf(tmp_path):
@@ -206,3 +216,16 @@ def test_a_udf_filter_is_split_around_the_watermark_as_spark_splits_it(tmp_path)
     # nested: a UDF over a UDF of ts stays above
     nested = F.udf(lambda b: b, "boolean")(minute_not_30("ts"))
     assert _second_watermark(tmp_path / "4", lambda f: f.filter(nested)) == "2024-01-01T10:25:00.000Z"
+    # a nondeterministic UDF stays above (Spark pushes deterministic predicates only)
+    random_keep = F.udf(lambda s: s != "drop", "boolean").as_nondeterministic()
+    assert _second_watermark(tmp_path / "5", lambda f: f.filter(random_keep("k"))) == "2024-01-01T10:25:00.000Z"
+
+
+def test_udfs_on_qualified_columns_after_a_stream_static_join(tmp_path):
+    src = _src(tmp_path, [[{"k": "a", "v": 1, "ts": "2024-01-01T10:00:00Z"}, {"k": "b", "v": 2, "ts": "2024-01-01T10:00:00Z"}]])
+    names = pa.table({"id": ["a", "b"], "name": ["alpha", "beta"]})
+    up = F.udf(lambda s: s.upper(), "string")
+    out = (src.alias("i").join(names, "i.k = id").filter(up("i.k") == "B")
+           .select("i.k", up("name"), up("i.k").alias("K")))
+    batches, _ = _run(out, tmp_path)
+    assert batches == {0: [{"k": "b", "<lambda>(name)": "BETA", "K": "B"}]}

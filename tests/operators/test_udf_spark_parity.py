@@ -63,5 +63,5 @@ def test_same_as_spark(tmp_path, name):
 
 @pytest.mark.parametrize("name", sorted(n for n in EXPECTED if "error" in EXPECTED[n]))
 def test_refused_as_spark_refuses(tmp_path, name):
-    with pytest.raises(AnalysisException, match="watermark"):
+    with pytest.raises(AnalysisException, match="does not reach past it"):
         _run(tmp_path, name)
