@@ -309,6 +309,16 @@ def _nearest(key: str, candidates: list[str]) -> str:
     return f"; did you mean {hit!r}?"
 
 
+def refuse_unknown(keys: Iterable[str], valid: Iterable[str], where: str, what: str = "option") -> None:
+    """OptionError for the first of `keys` not in `valid`, naming the nearest valid one (for the
+    option sets declared elsewhere: @streaming_query's, in orchestration/factory.py)."""
+    valid = sorted(valid)
+    for key in keys:
+        if key not in valid:
+            raise OptionError(f"{where}: unknown {what} {key!r}{_nearest(key, valid)} Valid {what}s here: "
+                              f"{', '.join(valid)}")
+
+
 def resolve(raw: Mapping[str, Any], scopes: Iterable[Scope], where: str, what: str = "option",
             required: bool = True) -> Options:
     """Check `raw` against `scopes` (module doc); OptionError on the first problem. required=False:

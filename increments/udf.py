@@ -302,6 +302,13 @@ def has_udf(*exprs: Any) -> bool:
                for e in exprs)
 
 
+def refuse(expr: Any, where: str) -> None:
+    """TypeError when `expr` holds a UDF call where the engine does not evaluate one."""
+    if has_udf(expr):
+        raise TypeError(f"a UDF call in {where} is not supported: compute it first with "
+                        "with_column(name, f(...)) and refer to that column")
+
+
 def _levels(calls: list[UdfCall]) -> list[list[UdfCall]]:
     level: dict[str, int] = {}
     for c in calls:   # inner calls come first

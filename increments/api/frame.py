@@ -97,6 +97,7 @@ class StreamFrame:
         if not isinstance(expectations, dict) or not expectations:
             raise TypeError("expect_all: pass a non-empty dict {name: SQL condition}")
         for k, v in expectations.items():
+            udf.refuse(v, "an expectation's condition")
             if not isinstance(k, str) or not k.strip() or not isinstance(v, str) or not v.strip():
                 raise TypeError(f"expect: name {k!r} and condition {v!r} must be non-empty strings")
         how = str(on_violation).lower()
@@ -144,6 +145,7 @@ class StreamFrame:
                "fullouter": "full_outer", "semi": "left_semi", "leftsemi": "left_semi"}.get(how, how)
         if how not in ("inner", "left_outer", "right_outer", "full_outer", "left_semi"):
             raise ValueError(f"join: how={how!r} is not one of inner, left_outer, right_outer, full_outer, left_semi")
+        udf.refuse(on, "a join condition")
         right = other.node if isinstance(other, StreamFrame) else as_static_node(other)
         if isinstance(on, str) and " " not in on.strip() and "=" not in on:
             on = [on]

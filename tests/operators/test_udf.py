@@ -159,6 +159,10 @@ def test_refusals_before_any_batch(tmp_path):
         src.filter(F.udf(norm_key)("k"))
     with pytest.raises(TypeError, match="Python bool"):
         bool(doubled("v") > 1)
+    with pytest.raises(TypeError, match="a UDF call in an expectation's condition is not supported: compute it first"):
+        src.expect("even", f"{is_even('v')}")
+    with pytest.raises(TypeError, match="a UDF call in a join condition is not supported"):
+        src.join(pa.table({"x": [1]}), f"{doubled('v')} = x")
 
 
 def test_the_plan_and_increments_check_name_the_udf(tmp_path):
