@@ -212,3 +212,20 @@ def posexplode_outer(column: str) -> Column:
 def size(column: str) -> Column:
     """The number of elements of an ARRAY or entries of a MAP; NULL for NULL (Spark 4, ANSI)."""
     return Column(f"size({_arg(column)})")
+
+
+def struct(*columns: str) -> Column:
+    """A STRUCT of the columns (Spark's struct(); `struct("*")` of every column), each field named
+    after its column (or alias)."""
+    return Column(f"struct({', '.join(_arg(c) if c != '*' else '*' for c in columns)})")
+
+
+def to_json(column: str) -> Column:
+    """A STRUCT, ARRAY or MAP as JSON text (e.g. a Kafka sink's value: to_json(struct("*")))."""
+    return Column(f"to_json({_arg(column)})")
+
+
+def from_json(column: str, schema: str) -> Column:
+    """JSON text into a STRUCT of `schema` (a DDL string), by Spark's PERMISSIVE rules (NULL for
+    what does not convert); parse_json is the same for a whole frame."""
+    return Column(f"from_json({_arg(column)}, '{str(schema).replace(chr(39), chr(39) * 2)}')")

@@ -84,3 +84,15 @@ def test_generators_in_select_with_column_and_sql_text(tmp_path):
 def test_generator_misuse_is_refused_before_any_batch(build, message):
     with pytest.raises(AnalysisException, match=message):
         build(inc.read_stream.memory(SCHEMA)).schema
+
+
+def test_struct_named_struct_to_json_and_from_json(tmp_path):
+    def build(s):
+        return s.filter("id = 1").select(
+            F.struct("id", "e.n").alias("st"), "named_struct('x', id, 'c', e.user.c) AS ns",
+            F.to_json(F.struct("id", "tags")).alias("j"),
+            F.from_json("'{\"a\": 5, \"b\": [1, \"x\"], \"z\": 1}'", "a INT, b ARRAY<STRING>").alias("fj"),
+            "CAST(e AS STRUCT(\"user\" STRUCT(id VARCHAR, c VARCHAR), n BIGINT)).n AS cast_n")
+    _, rows = _out(build, tmp_path)
+    assert rows == [{"st": {"id": 1, "n": 1}, "ns": {"x": 1, "c": "fr"}, "j": '{"id":1,"tags":["a","b"]}',
+                     "fj": {"a": 5, "b": ["1", "x"]}, "cast_n": 1}]
