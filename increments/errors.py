@@ -5,9 +5,17 @@ line, partition or offset where that is known) and says what to do next.
 """
 from __future__ import annotations
 
+from .redaction import redact
+
 
 class IncrementsError(Exception):
-    """Base class of every error increments raises on purpose."""
+    """Base class of every error increments raises on purpose. Its message is redacted
+    (increments/redaction.py): no URL credential or known secret reaches a user through it."""
+
+    def __init__(self, *args: object):
+        args = tuple(redact(a) if isinstance(a, str) else a for a in args)
+        super().__init__(*args)
+        self.args = args
 
 
 class AnalysisException(IncrementsError):
@@ -56,3 +64,9 @@ class StreamingQueryException(IncrementsError):
     def __init__(self, message: str, cause: BaseException | None = None):
         super().__init__(message)
         self.cause = cause
+
+
+class ArithmeticOverflowError(IncrementsError, ArithmeticError):
+    """An integer result does not fit its type (a BIGINT sum, `x + 1` at the type's limit): the
+    batch fails, as Spark 4 (ANSI mode, its default) raises ARITHMETIC_OVERFLOW, instead of
+    wrapping around. The message names the query, batch, operator and column."""

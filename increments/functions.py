@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .durations import parse_duration_ms
+from .udf import arrow_udf, pandas_udf, udf  # noqa: F401 - F.udf, F.pandas_udf, F.arrow_udf (increments/udf.py)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from typing import Any
 
 import dagster as dg
 
+from increments.redaction import redact_url
+
 
 def _part(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "_", s) or "_"
@@ -52,9 +54,9 @@ def source_assets(source: Any, query_key: str, index: int, root: str | None) -> 
         return [(dg.AssetKey(["kafka", _part(t)]), f"Kafka topic {t}") for t in source.topics]
     path = getattr(source, "path", None)
     if isinstance(path, str) and "delta" in kind:
-        return [(dg.AssetKey(["delta", *path_parts(path, root)]), f"Delta table {_redact(path)}")]
+        return [(dg.AssetKey(["delta", *path_parts(path, root)]), f"Delta table {redact_url(path)}")]
     if isinstance(path, str):
-        return [(dg.AssetKey(["files", *path_parts(path, root)]), f"files under {_redact(path)}")]
+        return [(dg.AssetKey(["files", *path_parts(path, root)]), f"files under {redact_url(path)}")]
     return [(dg.AssetKey(["stream", query_key, str(index)]), f"source {index} of query {query_key} "
                                                               f"({getattr(source, 'description', kind)})")]
 
@@ -73,9 +75,9 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     if settings.foreach_batch is not None:
         fmt = "foreach_batch"
     if fmt == "delta" and where:
-        return dg.AssetKey(["delta", *path_parts(where, root)]), f"Delta table {_redact(where)}"
+        return dg.AssetKey(["delta", *path_parts(where, root)]), f"Delta table {redact_url(where)}"
     if fmt == "parquet" and where:
-        return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {_redact(where)}"
+        return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {redact_url(where)}"
     if fmt in ("postgres", "postgresql"):
         return _pg(settings.options.get("table") or settings.options.get("dbtable"), query_key)
     return dg.AssetKey(["sink", query_key]), f"{fmt or 'custom'} sink of query {query_key}"
@@ -86,9 +88,6 @@ def _pg(table: Any, query_key: str) -> tuple[dg.AssetKey, str]:
         return dg.AssetKey(["sink", query_key]), f"PostgreSQL sink of query {query_key}"
     return dg.AssetKey(["postgres", *[_part(p) for p in str(table).split(".")]]), f"PostgreSQL table {table}"
 
-
-def _redact(path: str) -> str:
-    return re.sub(r"://[^/@]*@", "://", path)
 
 
 def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:

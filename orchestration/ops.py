@@ -29,6 +29,8 @@ from typing import Any
 
 import dagster as dg
 
+from increments.redaction import redact
+
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
 OFFSETS_TAG = "increments/offsets"
@@ -110,7 +112,7 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
     except Exception as e:  # noqa: BLE001 - turned into a Dagster failure below
         runner.release_run(spec.key, context.run_id)
         where = f"query {spec.name}" + (f", batch {batch_id}" if batch_id is not None else "")
-        text = f"{type(e).__name__}: {e}"
+        text = redact(f"{type(e).__name__}: {e}")
         attempt, last = context.retry_number + 1, context.retry_number >= spec.max_retries
         md = {**({"batch_id": batch_id} if batch_id is not None else {}), "step": step, "attempt": attempt,
               "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}

@@ -25,6 +25,8 @@ from typing import Any
 
 import dagster as dg
 
+from increments.redaction import redact
+
 from .ops import BATCH_TAG, DRAIN_TAG, ERROR_TAG, OUTCOME_TAG, QUERY_TAG
 
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -134,12 +136,12 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
                     notify(spec.halt_webhook, {"event": "halted", **halt})
                     context.update_cursor(halt["run_id"])
                 except Exception as e:  # noqa: BLE001 - tried again next tick
-                    context.log.warning(f"halt webhook {spec.halt_webhook} failed: {e!r}")
+                    context.log.warning(redact(f"halt webhook {spec.halt_webhook} failed: {e!r}"))
             return dg.SkipReason(halt_text(halt))
         try:
             rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         except Exception as e:  # noqa: BLE001 - e.g. the upstream Delta table does not exist yet
-            return dg.SkipReason(f"query {spec.name} cannot start yet: {type(e).__name__}: {e}")
+            return dg.SkipReason(redact(f"query {spec.name} cannot start yet: {type(e).__name__}: {e}"))
         try:
             nxt, redo = runner.next_batch_id(rt)
             drain = DrainLog.for_runtime(rt).active()

@@ -47,10 +47,11 @@ def test_import_increments_does_not_load_the_planner_or_the_engine():
 
 def test_every_plan_node_type_has_a_builder():
     from increments.plan import nodes as n
+    from increments.plan import udf_nodes
     from increments.plan.builders import BUILDERS
     built_by_the_compiler = {n.SourceNode, n.StaticNode, n.Select, n.Filter, n.WithColumn, n.Sort, n.Limit, n.Alias,
                              n.ParseJson, n.WithWatermark}
-    node_types = {c for c in vars(n).values()
+    node_types = {c for mod in (n, udf_nodes) for c in vars(mod).values()
                   if isinstance(c, type) and issubclass(c, n.Node) and c not in (n.Node, n.Unary)}
     assert set(BUILDERS) | built_by_the_compiler == node_types
     assert not set(BUILDERS) & built_by_the_compiler

@@ -8,8 +8,10 @@ import dataclasses
 from typing import Any
 
 from ..durations import parse_duration_ms
+from .. import udf
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time_source
 from ..plan import nodes as n
+from ..plan.udf_nodes import map_batches_node
 from ..types import parse_schema
 from .static import as_static_node
 
@@ -32,15 +34,34 @@ class StreamFrame:
             exprs = tuple(exprs[0])
         if not exprs:
             raise ValueError("select needs at least one expression")
+        if udf.has_udf(*exprs):   # UDF calls: evaluated on Arrow below this step (increments/udf.py)
+            return StreamFrame(udf.select(self._node, exprs))
         return StreamFrame(n.Select(self._node, tuple(str(e) for e in exprs)))
 
     def filter(self, condition: str) -> "StreamFrame":
+        if udf.has_udf(condition):
+            return StreamFrame(udf.filter(self._node, condition))
         return StreamFrame(n.Filter(self._node, condition))
 
     where = filter
 
     def with_column(self, name: str, expr: str) -> "StreamFrame":
+        if udf.has_udf(expr):
+            return StreamFrame(udf.with_column(self._node, name, expr))
         return StreamFrame(n.WithColumn(self._node, name, expr))
+
+    withColumn = with_column
+
+    def map_in_arrow(self, func: Any, schema: Any) -> "StreamFrame":
+        """fn(iterator of pyarrow.RecordBatch) yielding RecordBatches of `schema`, per batch,
+        stateless (Spark's mapInArrow; operators/map_batches.py)."""
+        return StreamFrame(map_batches_node(self._node, func, schema, "arrow"))
+
+    def map_in_pandas(self, func: Any, schema: Any) -> "StreamFrame":
+        """fn(iterator of pandas.DataFrame) yielding DataFrames of `schema` (Spark's mapInPandas)."""
+        return StreamFrame(map_batches_node(self._node, func, schema, "pandas"))
+
+    mapInArrow, mapInPandas = map_in_arrow, map_in_pandas
 
     def parse_json(self, schema: Any, column: str = "value", keep: "list[str] | tuple[str, ...]" = (),
                    dead_letter: Any = None) -> "StreamFrame":
@@ -188,8 +209,9 @@ def _initial_state_node(value: Any, keys: tuple[str, ...]) -> tuple[n.Node, tupl
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
-            if not isinstance(k, (str, WindowSpec, SessionWindowSpec)):
-                raise TypeError(f"group_by key {k!r}: use a column name, F.window(...) or F.session_window(...)")
+            if not isinstance(k, (str, WindowSpec, SessionWindowSpec, udf.Column)):
+                raise TypeError(f"group_by key {k!r}: use a column name, F.window(...), F.session_window(...) or "
+                                "a UDF call")
         self._frame, self._keys = frame, keys
 
     def count(self) -> StreamFrame:
@@ -207,6 +229,8 @@ class GroupedFrame:
                 name = f"window_time({window_time_source(k.column)})"
                 child = n.WithColumn(child, name, k.column)
                 k = dataclasses.replace(k, column=name)
+            if isinstance(k, udf.Column):   # a UDF key: computed into a column named like Spark's
+                child, k = udf.with_column(child, udf.key_name(k), k), udf.key_name(k)
             keys.append(k)
         return StreamFrame(n.Aggregate(child, tuple(keys), tuple(aggs)))
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import time
 import uuid
 from typing import Any, Callable
@@ -34,12 +33,13 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import IncompatibleCheckpointError
+from ..redaction import logger as redacting_logger
 from ..storage import Location
 from .log import BatchLog, resolve_log_url
 from .sql_log import sqlite_failure
 from .metadata import CheckpointMetadata, _read_conf, _read_json_file, create_metadata, read_metadata
 
-logger = logging.getLogger("increments.checkpoint")
+logger = redacting_logger("increments.checkpoint")
 _METADATA = sa.MetaData()
 QUERIES = sa.Table(
     "increments_queries", _METADATA,

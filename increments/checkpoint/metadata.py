@@ -73,7 +73,19 @@ class CheckpointMetadata:
                 break
             except FileExistsError:
                 continue        # another starter fixed it first: check against theirs
-        return cls(loc, meta["id"], meta["created_at_ms"], {**conf, **fixed})
+        stored = {**conf, **fixed}
+        if stored.get(INFORMATIONAL) != conf.get(INFORMATIONAL):   # the UDFs of this start (not fixed)
+            stored = {k: v for k, v in stored.items() if k != INFORMATIONAL}
+            if conf.get(INFORMATIONAL):
+                stored[INFORMATIONAL] = conf[INFORMATIONAL]
+            loc.write_json("conf.json", stored)
+        return cls(loc, meta["id"], meta["created_at_ms"], stored)
+
+
+#: the conf key of the query's Python functions (UDFs, map_in_*: increments/udf.py): recorded at
+#: every start that changes it, never fixed (a stateless step may change); `increments check`
+#: names what changed since the last start
+INFORMATIONAL = "udfs"
 
 
 def create_metadata(loc: Location, name: str | None, query_id: str | None = None,
@@ -93,7 +105,7 @@ def create_metadata(loc: Location, name: str | None, query_id: str | None = None
 def check_conf(loc: Location, who: str, fixed: dict[str, Any], conf: dict[str, Any]) -> None:
     """IncompatibleCheckpointError when a key of `conf` has another value in the fixed conf; the
     plan fingerprint ("plan") is compared part by part, naming what differs."""
-    changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v]
+    changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v and k != INFORMATIONAL]
     if not changed:
         return
     parts = []

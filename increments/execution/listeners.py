@@ -14,11 +14,12 @@ crash tests do (tests/crashkit.py's CrashAt kills the process from it; recovery 
 """
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
-log = logging.getLogger("increments.listeners")
+from ..redaction import logger as redacting_logger
+
+log = redacting_logger("increments.listeners")
 _GLOBAL: list[Any] = []
 _LOCK = threading.Lock()
 

@@ -6,7 +6,6 @@ redacted: no storage_options secret, URL credentials or signed query strings).
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -15,12 +14,13 @@ from typing import Any
 from .. import streams
 from ..errors import IncrementsError, StreamingQueryException
 from ..operators.stateless import ScanOp, WatermarkOp
+from ..redaction import logger as redacting_logger
 from ..storage import redact
 from ..triggers import Trigger
 from . import steps
 from .runtime import QueryRuntime
 
-log = logging.getLogger("increments.query")
+log = redacting_logger("increments.query")
 IDLE_POLL_S = 0.05
 
 

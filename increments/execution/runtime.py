@@ -5,7 +5,6 @@ ops both build one (Dagster once per op process) and call the same five step fun
 """
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from ..checkpoint.log import BatchLog
 from ..checkpoint.metadata import CheckpointMetadata
 from ..errors import AnalysisException
 from ..plan.compiler import CompiledPlan, Compiler
+from ..redaction import logger as redacting_logger
 from ..sinks.base import Sink, SinkContext
 from ..triggers import Trigger
 from .staging import DiskStaging, MemoryStaging
@@ -179,7 +179,7 @@ def warn_foreign_output(sink: Sink, query_id: str, name: str, log: BatchLog) -> 
     except Exception:  # noqa: BLE001 - a warning only; the first batch meets the sink's real errors
         return
     if what:
-        logging.getLogger("increments.sinks").warning("query %r (id %s): %s", name, query_id, what)
+        redacting_logger("increments.sinks").warning("query %r (id %s): %s", name, query_id, what)
 
 
 def start_conf(frame: StreamFrame, settings: WriterSettings,
@@ -215,6 +215,9 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     if check is not None:
         check(plan.output_schema)
     conf["plan"] = plan_fingerprint(plan, sink)
+    udfs = [d for op in plan.root.walk() for d in getattr(op, "udf_descriptions", list)()]
+    if udfs:        # the Python functions in the plan (named, not fixed: checkpoint/metadata.py)
+        conf["udfs"] = udfs
     columns = [op.column for op in plan.root.walk() if type(op).__name__ == "WatermarkOp"]
     if columns:     # the event-time columns of with_watermark (a new key: older checkpoints record it)
         conf["watermark_columns"] = sorted(columns)

@@ -27,7 +27,6 @@ watermarks and timestamp; state restarts from N-1 and the sink skips or replaces
 """
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +37,12 @@ from ..checkpoint.log import CommitEntry, OffsetsEntry, barrier_message
 from ..errors import ConcurrentRunError
 from ..operators.base import BatchContext
 from ..operators.expectations import declared
+from ..redaction import logger as redacting_logger
 from ..watermark import next_watermarks
 from .runtime import QueryRuntime
 from .step_results import ProcessResult, ReadResult, SourceRead, WriteResult
 
-log = logging.getLogger("increments.batch")
+log = redacting_logger("increments.batch")
 
 
 @dataclass

@@ -173,7 +173,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
         out.append(Finding(False, f"watermark column changed: {ow} -> {nw}",
                            "the event-time column of with_watermark cannot change: the watermark in the log and the "
                            "state's eviction are in terms of the old column"))
-    known = {"state_store", "state_partitions", "plan", "watermark_columns"}
+    out += _udfs(old.get("udfs") or [], new.get("udfs") or [])
+    known = {"state_store", "state_partitions", "plan", "watermark_columns", "udfs"}
     for k in sorted(set(old) & set(new)):
         if k not in known and not k.startswith("state_schema[") and old[k] != new[k]:
             out.append(Finding(False, f"{k} changed: {old[k]!r} -> {new[k]!r}",
@@ -185,6 +186,18 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
                            "stateful operator, are allowed (Spark: changes in projections and filters are allowed) "
                            "as long as the sink accepts the output schema"))
     return out
+
+
+def _udfs(old: list[str], new: list[str]) -> list[Finding]:
+    """A changed Python function (UDF, map_in_*) is named; allowed, as a stateless step."""
+    gone, added = [u for u in old if u not in new], [u for u in new if u not in old]
+    if not gone and not added:
+        return []
+    what = "; ".join(([f"removed {', '.join(gone)}"] if gone else []) + ([f"now {', '.join(added)}"] if added else []))
+    return [Finding(True, f"Python functions changed since the last start: {what}",
+                    "a UDF or map_in_* function is a stateless step: changing it is allowed (Spark), but rows already "
+                    "aggregated keep what the old function computed (a UDF in a grouping key or in a filter before "
+                    "a stateful operator changes which state new rows reach)")]
 
 
 def _sources(old: list[str], new: list[str]) -> list[Finding]:

@@ -7,6 +7,12 @@ of the same groups (None: a new group), by Arrow kernels when every accumulator'
 else by the equivalent DuckDB SQL (the same result); `finalize` turns accumulator columns into
 the output columns. The value tuple a group stores is its accumulators in `accs` order, typed as
 `value_fields()` records them in the state schema.
+
+Overflow (Spark 4's ANSI mode, its default): a sum of integers is a BIGINT and never wraps around.
+A batch's partial sum that does not fit fails in its SQL (`error('<OVERFLOW_MARK><i>')`, see
+overflow_error), and so does a merge whose sum of old and new does not fit; the operator raises
+ArithmeticOverflowError naming the aggregate, its column, the batch and itself. avg sums in DOUBLE
+(as Spark's avg of an integer column), so it does not overflow; count is a BIGINT of row counts.
 """
 from __future__ import annotations
 
@@ -15,10 +21,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import AnalysisException
+from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr
 from ..sql import quote_ident, run_sql
 from ..types import arrow_to_duckdb, state_type_name
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: the text of the DuckDB error a partial sum out of BIGINT's range raises (followed by the accumulator index)
+OVERFLOW_MARK = "increments-overflow:"
 
 
 class Accumulators:
@@ -43,8 +54,14 @@ class Accumulators:
                 if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
                     raise AnalysisException(f"{where}: {a.func}({a.column!r}) needs a numeric column, not {t}")
                 st = pa.int64() if pa.types.is_integer(t) and a.func == "sum" else pa.float64()
-                self.accs.append((name + (".sum" if a.func == "avg" else ""), st,
-                                  f"CAST(sum({c}) AS {arrow_to_duckdb(st)})", "sum"))
+                if st == pa.int64():   # sum(BIGINT) is a HUGEINT in DuckDB: out of BIGINT's range fails
+                    i = len(self.accs)
+                    partial = (f"CASE WHEN sum({c}) IS NULL OR sum({c}) BETWEEN {INT64_MIN} AND {INT64_MAX} "
+                               f"THEN CAST(sum({c}) AS BIGINT) "
+                               f"ELSE error('{OVERFLOW_MARK}{i}') END")
+                else:
+                    partial = f"CAST(sum({c}) AS {arrow_to_duckdb(st)})"
+                self.accs.append((name + (".sum" if a.func == "avg" else ""), st, partial, "sum"))
                 if a.func == "avg":
                     self.accs.append((name + ".count", pa.int64(), f"count({c})", "add"))
                 self.out_fields.append(pa.field(name, st))
@@ -68,6 +85,7 @@ class Accumulators:
         for i, t in enumerate(self.types):
             cols[f"__o{i}"] = pa.array([o[i] if o is not None else None for o in old], type=t)
         cols["__existed"] = pa.array([o is not None for o in old], pa.bool_())
+        self._check_merge_overflow(cols)
         fast = self._merge_arrow(cols)
         if fast is not None:
             return fast
@@ -82,6 +100,48 @@ class Accumulators:
         out = run_sql(f"SELECT {', '.join(exprs)} FROM __m", {"__m": pa.table(cols)})
         return pa.table([out.column(i).cast(t) for i, t in enumerate(self.types)],
                         names=[f"__a{i}" for i in range(len(self.accs))])
+
+    def _check_merge_overflow(self, cols: dict[str, Any]) -> None:
+        """ArithmeticOverflowError (without the batch: the operator adds it) when a stored integer
+        sum or count plus the batch's does not fit its type."""
+        for i, (_, t, _, kind) in enumerate(self.accs):
+            if kind in ("add", "sum") and pa.types.is_integer(t):
+                try:
+                    pc.add_checked(pc.fill_null(cols[f"__o{i}"], 0), pc.fill_null(cols[f"__a{i}"], 0))
+                except pa.ArrowInvalid:
+                    raise self.overflow(i) from None
+
+    def overflow(self, i: int) -> ArithmeticOverflowError:
+        """The overflow error of accumulator `i` (the operator prefixes query, batch and itself)."""
+        agg = self._agg_of(i)
+        what = f"{agg.func}({agg.column!r})" if agg.column is not None else f"{agg.func}(*)"
+        return ArithmeticOverflowError(
+            f"{what} AS {agg.output_name!r}: BIGINT overflow, a group's sum of column {agg.column!r} is beyond "
+            f"{INT64_MIN}..{INT64_MAX} (Spark 4 raises ARITHMETIC_OVERFLOW here, in ANSI mode, its default; the sum "
+            f"does not wrap around). Sum a DOUBLE instead (with_column({agg.column!r}, 'CAST({agg.column} AS DOUBLE)') "
+            f"before the aggregation), or keep the values smaller; the batch is not committed.")
+
+    def _agg_of(self, i: int) -> AggExpr:
+        j = 0
+        for a in self.aggs:
+            n = 2 if a.func == "avg" else 1
+            if i < j + n:
+                return a
+            j += n
+        raise IndexError(i)
+
+    def overflow_error(self, e: BaseException) -> ArithmeticOverflowError | None:
+        """The overflow error `e` (a DuckDB error from partial_sql's query) stands for, if any."""
+        text = str(e)
+        at = text.find(OVERFLOW_MARK)
+        if at < 0:
+            return None
+        digits = ""
+        for ch in text[at + len(OVERFLOW_MARK):]:
+            if not ch.isdigit():
+                break
+            digits += ch
+        return self.overflow(int(digits)) if digits else None
 
     def _merge_arrow(self, cols: dict[str, Any]) -> pa.Table | None:
         """`merge` by Arrow compute kernels (the same rules as its SQL); None when a kernel does not

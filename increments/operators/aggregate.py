@@ -23,13 +23,14 @@ import threading
 import weakref
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from state.encoding import decode_value, encode_value
 
-from ..errors import AnalysisException
+from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec
 from ..plan import nodes as n
 from ..plan import validate
@@ -42,6 +43,15 @@ from .key_codec import columns_pylist, decode_rows, encode_rows, time_bound, to_
 from .partitioning import partition_ids, partition_sql, split_by_partition
 from .session_window import build_session_window
 from .state_util import write_schema_once
+
+
+def _may_overflow(col: Any) -> bool:
+    """Whether a sum of some of `col`'s integers could leave BIGINT's range (max |value| * rows)."""
+    if len(col) == 0 or col.null_count == len(col):
+        return False
+    mm = pc.min_max(col)
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    return max(abs(lo), abs(hi)) * len(col) > 2 ** 63 - 1
 
 
 class WindowAggregateOp(PhysicalOp):
@@ -179,6 +189,8 @@ class WindowAggregateOp(PhysicalOp):
                 if not (pa.types.is_integer(t) or pa.types.is_floating(t)
                         or (a.func in ("min", "max") and pa.types.is_timestamp(t))):
                     return None
+            if a.func == "sum" and pa.types.is_integer(t) and _may_overflow(table.column(a.column)):
+                return None   # DuckDB's query sums exactly and fails on a BIGINT overflow; Arrow's wraps
             aggs.append((a.column, a.func))
         for k in self.store_plain:
             t = table.schema.field(k).type
@@ -214,7 +226,7 @@ class WindowAggregateOp(PhysicalOp):
             src = f"__c{i}"
             col = table.column(c)
             if func == "avg":
-                col = col.cast(pa.float64())
+                col = col.cast(pa.float64(), safe=False)   # as DuckDB (and Spark): a big BIGINT rounds
             cols[src] = col
             specs.append((src, self._ARROW_AGG[func], pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
                           if func != "count" else pc.CountOptions(mode="only_valid")))
@@ -269,7 +281,13 @@ class WindowAggregateOp(PhysicalOp):
             self._route_late(ctx, table)
         partials = self._take_prepared(table, len(stores))
         if partials is None:
-            partials = self._partials(table, len(stores))
+            try:
+                partials = self._partials(table, len(stores))
+            except duckdb.Error as e:
+                overflow = self.acc.overflow_error(e)
+                if overflow is None:
+                    raise
+                raise self._overflow(ctx, overflow) from None
         tcol = self._time_cols()[0] if self._time_cols() else None
         if self.watermarked and self.mode != "complete" and partials.num_rows:
             late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark(self) * 1000), False)
@@ -290,7 +308,10 @@ class WindowAggregateOp(PhysicalOp):
                 old += [None if v is None else decode_value(v) for v in stores[p].multi_get(keys)]
                 touched.append((p, kcols, keys))
         if touched:  # one merge query for every partition's groups (rows in partition order)
-            merged = self.acc.merge(pa.concat_tables([part for part in parts if part.num_rows]), old)
+            try:
+                merged = self.acc.merge(pa.concat_tables([part for part in parts if part.num_rows]), old)
+            except ArithmeticOverflowError as e:
+                raise self._overflow(ctx, e) from None
             vals = list(zip(*[c.to_pylist() for c in merged.columns]))
             at = 0
             for p, kcols, keys in touched:
@@ -310,6 +331,10 @@ class WindowAggregateOp(PhysicalOp):
             if self.mode == "complete":
                 emitted.append(self._from_state(list(store.iter_all())))
         return self._result(emitted)
+
+    def _overflow(self, ctx: BatchContext, e: ArithmeticOverflowError) -> ArithmeticOverflowError:
+        return ArithmeticOverflowError(ctx.where(f"operator {self.operator_id}:{self.operator_name} "
+                                                 f"(group_by({', '.join(self.key_columns)}).agg): {e}"))
 
     def _route_late(self, ctx: BatchContext, table: pa.Table) -> None:
         """The input rows this batch drops as late, to the late_rows table. Lateness is per (row,

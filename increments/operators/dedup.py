@@ -19,7 +19,6 @@ Recovery: state version N-1 is loaded and N committed by the engine, so a redo i
 """
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from state.encoding import decode_key, encode_key, encode_value
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
+from ..redaction import logger as redacting_logger
 from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
@@ -153,5 +153,5 @@ def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:
         compiler.warnings.append(
             f"drop_duplicates({op.subset}) keeps every key forever (unbounded state): include the watermarked "
             "event-time column in the subset, or use drop_duplicates_within_watermark")
-        logging.getLogger("increments.dedup").warning("%s", compiler.warnings[-1])
+        redacting_logger("increments.dedup").warning("%s", compiler.warnings[-1])
     return op

@@ -41,7 +41,6 @@ wrote, kept between batches), the candidates
 """
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 import pyarrow as pa
@@ -51,12 +50,13 @@ from ..errors import AnalysisException
 from ..plan import nodes as n
 from ..plan.validate import check_node
 from ..plan.join_pushdown import push_one_sided
+from ..redaction import logger as redacting_logger
 from ..sql import quote_ident, run_sql
 from . import join_state as js
 from .base import BatchContext, PhysicalOp
 from .join_condition import JoinSpec, Side, analyse, event_time_us_sql, select_list
 
-log = logging.getLogger("increments.join")
+log = redacting_logger("increments.join")
 OUTER_LEFT = ("left_outer", "full_outer")
 OUTER_RIGHT = ("right_outer", "full_outer")
 

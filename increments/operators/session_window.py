@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from state.encoding import decode_key, decode_value, encode_key, encode_value
 
-from ..errors import AnalysisException
+from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import SessionWindowSpec
 from ..plan import validate
 from ..sql import quote_ident, run_sql
@@ -86,9 +87,15 @@ class SessionWindowOp(PhysicalOp):
         keys = [quote_ident(k) for k in self.plain]
         g = ", ".join(keys + ["__t"])
         c = quote_ident(self.spec.column)
-        out = run_sql(f"SELECT {g}, {self.acc.partial_sql()}, {partition_sql(keys, nparts)} AS __p, min(__rn) AS __ord "
-                      f"FROM (SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL) GROUP BY {g}",
-                      {"__in": table})
+        try:
+            out = run_sql(f"SELECT {g}, {self.acc.partial_sql()}, {partition_sql(keys, nparts)} AS __p, "
+                          f"min(__rn) AS __ord FROM (SELECT *, epoch_us({c}) AS __t FROM __in WHERE {c} IS NOT NULL) "
+                          f"GROUP BY {g}", {"__in": table})
+        except duckdb.Error as e:
+            overflow = self.acc.overflow_error(e)
+            if overflow is None:
+                raise
+            raise self._overflow(ctx, overflow) from None
         if self.watermarked and self.mode != "complete":
             self._route_late(ctx, table)
         if self.watermarked and self.mode != "complete" and out.num_rows:
@@ -98,6 +105,10 @@ class SessionWindowOp(PhysicalOp):
                 ctx.count_dropped(self, n_late)
                 out = out.filter(pc.invert(late))
         return out
+
+    def _overflow(self, ctx: BatchContext, e: ArithmeticOverflowError) -> ArithmeticOverflowError:
+        return ArithmeticOverflowError(ctx.where(f"operator {self.operator_id}:{self.operator_name} "
+                                                 f"(group_by(session_window, ...).agg): {e}"))
 
     def _route_late(self, ctx: BatchContext, table: pa.Table) -> None:
         """The input rows dropped as late (t + gap <= WL; null times are never late) to late_rows."""
@@ -117,7 +128,7 @@ class SessionWindowOp(PhysicalOp):
         out: list[tuple[list[tuple], list[int], list[int], list[pa.Array]]] = []
         for p, part in enumerate(split_by_partition(partials, len(stores))):
             if part.num_rows:
-                changed = self._merge_partition(stores[p], index[p], part)
+                changed = self._merge_partition(ctx, stores[p], index[p], part)
                 if self.mode == "update":
                     out.append(changed)
             if self.watermarked and self.mode in ("append", "update"):
@@ -129,7 +140,7 @@ class SessionWindowOp(PhysicalOp):
                 out.append(self._rows(keys, vals))
         return self._result(out)
 
-    def _merge_partition(self, store, index, part: pa.Table):
+    def _merge_partition(self, ctx: BatchContext, store, index, part: pa.Table):
         """Merge the batch's sessions of each touched key with its stored ones; returns the changed."""
         kcols = columns_pylist(part, self.plain)
         row_keys = list(zip(*kcols)) if kcols else [()] * part.num_rows
@@ -166,7 +177,12 @@ class SessionWindowOp(PhysicalOp):
             "f AS (SELECT *, sum(CASE WHEN __pe IS NULL OR __ss > __pe THEN 1 ELSE 0 END) OVER (PARTITION BY __g "
             "ORDER BY __ss, __src, __ord ROWS UNBOUNDED PRECEDING) AS __sid FROM s) "
             f"SELECT __g, min(__ss) AS __ss, max(__se) AS __se, {aggs} FROM f GROUP BY __g, __sid", {"__c": cand})
-        accs = [merged.column(f"__a{i}").cast(t) for i, t in enumerate(types)]
+        accs = []
+        for i, t in enumerate(types):
+            try:    # a merged integer sum is a HUGEINT: one beyond BIGINT's range fails the cast
+                accs.append(merged.column(f"__a{i}").cast(t))
+            except pa.ArrowInvalid:
+                raise self._overflow(ctx, self.acc.overflow(i)) from None
         gs, ss, se = (merged.column(c).to_pylist() for c in ("__g", "__ss", "__se"))
         vals = list(zip(*[a.to_pylist() for a in accs]))
         keep: set[tuple[int, int]] = set()

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from ..errors import MalformedInputError
+from ..errors import ArithmeticOverflowError, MalformedInputError
 from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
 from ..sql import duckdb_connection, quote_ident, run_sql
 from ..types import Schema
@@ -62,6 +62,9 @@ class SqlOp(PhysicalOp):
         super().__init__([child], schema)
         self.stages = stages
         self.labels = labels
+        #: per stage, ("column", select expression) of each column it computes, or ("filter",
+        #: condition), when the compiler knows them; names the column of an overflow (_overflow)
+        self.stage_exprs: list[list[tuple[str, str]]] = []
         self._empty_answer: tuple[pa.Schema, pa.Table] | None = None   # (input schema, output) for no rows
 
     @property
@@ -83,6 +86,8 @@ class SqlOp(PhysicalOp):
         try:
             out = run_sql(self.sql, {"__in": table})
         except Exception as e:  # duckdb errors: conversion errors in expressions etc.
+            if is_overflow(e):
+                raise self._overflow(ctx, table, e) from e
             raise RuntimeError(ctx.where(f"{' -> '.join(self.labels)} failed: {e}")) from e
         if table.num_rows == 0 and out.num_rows == 0:
             self._empty_answer = (table.schema, out)
@@ -90,6 +95,48 @@ class SqlOp(PhysicalOp):
 
     def describe(self) -> str:
         return " -> ".join(self.labels)
+
+    def _overflow(self, ctx: BatchContext, table: pa.Table, e: Exception) -> ArithmeticOverflowError:
+        """The integer overflow `e` of this batch, naming the stage and the column (or filter) whose
+        expression overflowed: found by running the stages one at a time, then that stage's
+        expressions one at a time (only on this failure path)."""
+        where, rel = " -> ".join(self.labels), table
+        column = ""
+        for k, stage in enumerate(self.stages):
+            try:
+                rel = run_sql(stage("__in"), {"__in": rel})
+                continue
+            except Exception as err:  # noqa: BLE001 - the stage that fails
+                if not is_overflow(err):
+                    break
+                where, e = self.labels[k], err
+            exprs = self.stage_exprs[k] if k < len(self.stage_exprs) else []
+            for kind, expr in exprs:
+                try:
+                    run_sql(f"SELECT {expr} FROM __in", {"__in": rel})
+                except Exception as err:  # noqa: BLE001
+                    if not is_overflow(err):
+                        continue
+                    if kind == "filter":
+                        column = f", in the filter condition {expr}"
+                    else:
+                        name = run_sql(f"SELECT {expr} FROM __in LIMIT 0", {"__in": rel.slice(0, 0)}).schema.names[0]
+                        column = f", column {name!r} ({expr})"
+                    break
+            break
+        return ArithmeticOverflowError(ctx.where(
+            f"{where}{column}: integer overflow: {str(e).splitlines()[0]} (Spark 4 raises ARITHMETIC_OVERFLOW here, "
+            f"in ANSI mode, its default; the value does not wrap around). Compute it in a wider type (CAST(... AS "
+            f"DOUBLE) or DECIMAL(38, 0)), or keep the values smaller; the batch is not committed."))
+
+
+def is_overflow(e: BaseException) -> bool:
+    """A DuckDB error of an integer result beyond its type: `x + 1` at BIGINT's limit (Out of Range
+    Error) or a cast of a number out of the target's range (Conversion Error ... out of range)."""
+    import duckdb
+    if isinstance(e, duckdb.OutOfRangeException):
+        return True
+    return isinstance(e, duckdb.ConversionException) and "out of range" in str(e) and "string" not in str(e).lower()
 
 
 class WatermarkOp(PhysicalOp):

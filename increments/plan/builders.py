@@ -24,9 +24,12 @@ from ..operators.base import PhysicalOp
 from ..operators.dedup import build_dedup
 from ..operators.expectations import build_expect
 from ..operators.join import build_join
+from ..operators.map_batches import build_map_batches
+from ..operators.python_udf import build_drop_columns, build_udf_eval
 from ..operators.transform_with_state import build as build_transform_with_state
 from ..operators.union import build_union
 from . import nodes as n
+from .udf_nodes import DropColumns, MapBatches, UdfEval
 
 Builder = Callable[[Any, Any], PhysicalOp]
 
@@ -38,5 +41,8 @@ BUILDERS: dict[type, Builder] = {
     n.Expect: build_expect,
     n.Join: build_join,
     n.Union: build_union,
+    MapBatches: build_map_batches,
+    UdfEval: build_udf_eval,
+    DropColumns: build_drop_columns,
     n.TransformWithState: build_transform_with_state,
 }

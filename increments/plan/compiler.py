@@ -134,6 +134,7 @@ class Compiler:
         else:
             stages, labels, base = [stage], [label], child
         op = SqlOp(base, stages, pa.schema([]), labels)
+        op.stage_exprs = (child.stage_exprs if isinstance(child, SqlOp) else []) + [_stage_exprs(node, child.schema)]
         op.schema = _empty_schema(op.sql, base.schema, label)
         op.event_time_cols = _derived_event_time_cols(node, child.event_time_cols, op.schema.names)
         if quals and isinstance(node, (n.Filter, n.WithColumn)):  # columns kept: so are their qualifiers
@@ -202,6 +203,17 @@ def _stage(node: n.Node, schema: pa.Schema):
     if isinstance(node, n.Limit):
         return (lambda rel: f"SELECT * FROM {rel} AS __in LIMIT {node.n}"), f"Limit[{node.n}]"
     raise AssertionError(node)
+
+
+def _stage_exprs(node: n.Node, schema: pa.Schema) -> list[tuple[str, str]]:
+    """("column" or "filter", SQL expression) of each expression a stage computes (SqlOp.stage_exprs)."""
+    if isinstance(node, n.Select):
+        return [("column", quote_ident(e) if e in schema.names else e) for e in node.exprs]
+    if isinstance(node, n.WithColumn):
+        return [("column", f"({node.expr}) AS {quote_ident(node.name)}")]
+    if isinstance(node, n.Filter):
+        return [("filter", node.condition)]
+    return []
 
 
 def _derived_event_time_cols(node: n.Node, cols: dict, names: list[str]) -> dict:

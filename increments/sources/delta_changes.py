@@ -36,7 +36,6 @@ says why not DeltaTable.to_pyarrow_table), decoded by pyarrow from Arrow memory.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +44,11 @@ import pyarrow as pa
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
+from ..redaction import logger as redacting_logger
 from .delta import DeltaSource
 from .delta_files import conform, file_location, read_parquet
 
-log = logging.getLogger("increments.sources.delta_changes")
+log = redacting_logger("increments.sources.delta_changes")
 
 TS = pa.timestamp("us", tz="UTC")
 CHANGE_FIELDS = [pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()),

@@ -9,13 +9,13 @@ since it was listed (a file fixed after a failed batch), what that read saw
 """
 from __future__ import annotations
 
-import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import DataLossError
+from ..redaction import logger as redacting_logger
 
-log = logging.getLogger("increments.sources.files")
+log = redacting_logger("increments.sources.files")
 #: up to this many files of the batch before and this one are checked with one HEAD each; more with
 #: one listing from the entry before them
 HEAD_AT_MOST = 64

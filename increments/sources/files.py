@@ -39,7 +39,6 @@ with DataLossError unless fail_on_data_loss=False, which skips it, counts it and
 """
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
@@ -47,6 +46,7 @@ import pyarrow as pa
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
+from ..redaction import logger as redacting_logger
 from ..storage import Location, ObjectInfo
 from ..types import parse_schema
 from . import file_formats
@@ -57,7 +57,7 @@ from .prefetch import ReadAhead
 from .read_files_window import DEFAULT_WINDOW, ReadFilesWindow
 from .seen_files import SeenFilesLog
 
-log = logging.getLogger("increments.sources.files")
+log = redacting_logger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")
 #: with max_files_per_trigger and a backlog, the files of this many next batches are decoded in the
 #: background while the current batch runs (sources/prefetch.py); four rather than two absorb the

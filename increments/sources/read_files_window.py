@@ -29,17 +29,17 @@ plan loads the newest such index at or below its start entry plus the entries af
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..redaction import logger as redacting_logger
 from .file_changes import _as_read, _listed, report_change
 from .file_listing import name_matches
 
 
-log = logging.getLogger("increments.sources.files")
+log = redacting_logger("increments.sources.files")
 DEFAULT_WINDOW = 10_000
 #: the most recently read files, checked at every plan
 RECENT = 1000

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import IncrementsError
+from ..redaction import redact, redact_options, redact_url, remember_secrets  # noqa: F401 (re-exported)
 
 LOCAL_SCHEMES = ("", "file")
 REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "azure": "az",
@@ -170,61 +171,7 @@ class Location:
         return p
 
 
-# -- secrets ----------------------------------------------------------------------------------------
-_SECRET_KEY = re.compile(r"secret|password|token|sas|signature|credential|private|account_key|access_key|"
-                         r"session|client_id|bearer|sig", re.I)
-_URL_QUERY = re.compile(r"((?:https?|s3a?|gs|az|abfss?)://[^\s?'\"]+)\?[^\s'\"]*")
-_URL_USERINFO = re.compile(r"((?:https?|s3a?|gs|az|abfss?)://)[^/\s@'\"]+@")
-_known_secrets: set[str] = set()
-
-
-def remember_secrets(options: dict[str, Any] | None) -> None:
-    """Record the secret-looking values of `options` so that redact() masks them anywhere."""
-    for k, v in (options or {}).items():
-        if isinstance(v, str) and len(v) >= 4 and _SECRET_KEY.search(str(k)):
-            _known_secrets.add(v)
-
-
-_ENV_PREFIX = re.compile(r"^(AWS|AZURE|GOOGLE|GCS|GCP)_")
-_env_cache: tuple[dict, list[str]] = ({}, [])
-
-
-def _env_secrets() -> list[str]:
-    """The secret-looking values of the cloud variables of the environment. Cached: the cache is
-    reused while the environment equals the copy it was computed from (one dict comparison; a
-    changed, added or removed variable recomputes it)."""
-    global _env_cache
-    env = getattr(os.environ, "_data", None)     # CPython's dict behind os.environ (bytes keys/values)
-    if env is None:
-        env = dict(os.environ)
-    seen, secrets = _env_cache
-    if env == seen:
-        return secrets
-    secrets = [v for k, v in os.environ.items()
-               if len(v) >= 4 and _ENV_PREFIX.match(k) and _SECRET_KEY.search(k)]
-    _env_cache = (dict(env), secrets)
-    return secrets
-
-
-def redact_url(url: str) -> str:
-    """A URL without user info or query string (SAS tokens, signed parameters)."""
-    return _URL_USERINFO.sub(r"\1***@", _URL_QUERY.sub(r"\1?***", str(url)))
-
-
-def redact(text: str) -> str:
-    """`text` with every known secret value, URL user info and URL query string masked."""
-    out = redact_url(str(text))
-    env = _env_secrets()
-    if not _known_secrets and not env:
-        return out
-    for s in sorted(_known_secrets.union(env), key=len, reverse=True):
-        out = out.replace(s, "***")
-    return out
-
-
-def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """`options` for display: secret-looking values masked."""
-    return {k: ("***" if _SECRET_KEY.search(str(k)) else v) for k, v in (options or {}).items()}
+# -- secrets: increments/redaction.py (re-exported here; every message goes through it) ---------
 
 
 # -- the local cache directory ---------------------------------------------------------------------

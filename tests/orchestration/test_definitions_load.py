@@ -51,6 +51,7 @@ def test_example_definitions_load(tmp_path, monkeypatch):
 def test_batch_job_in_process_and_history_cli(tmp_path, monkeypatch):
     q, defs = _load(tmp_path, monkeypatch)
     d = os.path.join(str(tmp_path), "landing", "clicks")
+    os.makedirs(d)                  # importing the examples writes nothing (their sources wait for the path)
     import json
     for f in range(3):
         with open(os.path.join(d, f"c-{f}.json"), "w") as out:

@@ -36,17 +36,17 @@ Spark's Kafka sink, which is at least once).
 """
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pyarrow as pa
 
 from ...errors import AnalysisException, IncrementsError
+from ...redaction import logger as redacting_logger
 from ..base import Sink, SinkContext, SinkResult
 from . import rows as R
 from .transactions import MARKER_TOPIC, Marker, ensure_topic, kafka_error, probe_cached
 
-log = logging.getLogger("increments.sinks.kafka")
+log = redacting_logger("increments.sinks.kafka")
 GUARANTEES = ("exactly_once", "at_least_once")
 #: Spark refuses these (the sink serializes keys and values itself); we also derive the transactional id
 _REFUSED = {"key.serializer": "keys are serialized as bytes", "value.serializer": "values are serialized as bytes",

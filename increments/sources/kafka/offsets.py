@@ -7,15 +7,15 @@ ends, fail_on_data_loss).
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from typing import Any
 
 from ...errors import DataLossError
+from ...redaction import logger as redacting_logger
 from .topics import recreated, reset_after
 
-log = logging.getLogger("increments.sources.kafka")
+log = redacting_logger("increments.sources.kafka")
 
 _EARLIEST, _LATEST = -2, -1
 

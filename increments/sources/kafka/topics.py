@@ -9,12 +9,12 @@ its redo, or a re-plan after a crash) reads those topics from their new beginnin
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from ...errors import DataLossError
+from ...redaction import logger as redacting_logger
 
-log = logging.getLogger("increments.sources.kafka")
+log = redacting_logger("increments.sources.kafka")
 
 
 def topic_ids(src) -> dict[str, str]:

@@ -1,0 +1,44 @@
+"""Logical nodes of Python logic in a query (increments/udf.py builds them; their builders are in
+plan/builders.py): UdfEval (UDF calls over argument columns), DropColumns (hidden columns removed
+after the step that read them), MapBatches (map_in_arrow / map_in_pandas). Light: no engine import."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import nodes as n
+
+
+@dataclass(frozen=True, eq=False)
+class UdfEval(n.Unary):
+    """Each UDF's result column `<token>` from its argument columns `<token>_a0..` (dropped)."""
+    udfs: tuple[Any, ...] = ()          # increments.udf.UserDefinedFunction each
+    tokens: tuple[str, ...] = ()        # result column of each
+    arities: tuple[int, ...] = ()       # number of argument columns of each
+    displays: tuple[str, ...] = ()      # the call as Spark names it (for messages)
+
+
+@dataclass(frozen=True, eq=False)
+class DropColumns(n.Unary):
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class MapBatches(n.Unary):
+    """map_in_arrow / map_in_pandas (operators/map_batches.py)."""
+    func: Any = None
+    schema: Any = None          # increments.types.Schema of the output
+    kind: str = "arrow"         # "arrow" | "pandas"
+
+
+def map_batches_node(child: n.Node, func: Any, schema: Any, kind: str) -> MapBatches:
+    from ..types import parse_schema
+    what = f"map_in_{kind}"
+    if not callable(func):
+        raise TypeError(f"{what}: {func!r} is not callable; pass a function over an iterator of "
+                        f"{'pyarrow.RecordBatch' if kind == 'arrow' else 'pandas.DataFrame'}")
+    try:
+        parsed = parse_schema(schema)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"{what}: schema {schema!r}: {e}") from None
+    return MapBatches(child, func, parsed, kind)
