@@ -22,6 +22,11 @@ import requests
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
+def timeout_scale() -> float:
+    """Factor on the tests' wait limits ($INCREMENTS_TEST_TIMEOUT_SCALE): not a speed assertion."""
+    return float(os.environ.get("INCREMENTS_TEST_TIMEOUT_SCALE", "1") or 1)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -199,7 +204,9 @@ class LocalDagster:
         return res
 
     def wait_run(self, run_id: str, timeout: float = 120) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        """The run once it ended; `timeout` is scaled by $INCREMENTS_TEST_TIMEOUT_SCALE (default 1:
+        a loaded, shared machine may need 3 or more)."""
+        deadline = time.monotonic() + timeout * timeout_scale()
         while True:
             r = self.run(run_id)
             if r["status"] in TERMINAL:

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.dagster
 
 
 def wait_for(pred, timeout: float, what: str, every: float = 1.0):
+    from orchestration.local_instance import timeout_scale
+    timeout *= timeout_scale()
     deadline = time.monotonic() + timeout
     while True:
         v = pred()
@@ -246,9 +248,18 @@ def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
              300, "an idle run")
     dom = _chromium(f"{d.url}/runs?q%5B0%5D=tag%3Aincrements%2Fquery%3Dmanual_copy", tmp_path, "runs_list")
     assert "Failure" in dom and "Success" in dom
+    # the sink's asset page: a materializable asset (no partitions) and the sensor under Automations
+    dom = _chromium(f"{d.url}/assets/files/lake/manual_copy", tmp_path, "asset_overview")
+    assert "Materialize" in dom and "manual_copy_trigger" in dom
+    assert "No automations found" not in dom and "Asset does not have a definition" not in dom
+    # an idle run: Success, its later steps skipped, no error
+    idle = wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["tags"].get("increments/outcome") == "idle"
+                             and r["status"] == "SUCCESS"], 120, "an idle run")[0]
+    dom = _chromium(f"{d.url}/runs/{idle['runId']}", tmp_path, "idle_run")
+    assert "Success" in dom and "Skipped" in dom and "Not executing" not in dom
 
 
-def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env):
+def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env, tmp_path):
     d, root, bad = dagster_env["dagster"], dagster_env["root"], dagster_env["bad_file"]
     failed = wait_for(lambda: [r for r in query_runs(d, "bad_copy") if r["status"] == "FAILURE"], 150,
                       "the failed run of batch 1")
@@ -272,6 +283,8 @@ def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env):
     assert "batch 1" in halt["description"] and f"{bad}, line 2" in halt["description"]
     check = d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]
     assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == 2
+    dom = _chromium(f"{d.url}/assets/files/lake/bad_copy?view=checks", tmp_path, "halted_asset_checks")
+    assert "batch_errors" in dom and "halted" in dom.lower()
     hooks = wait_for(lambda: dagster_env["webhook"].received, 30, "the halt webhook")
     n = len(query_runs(d, "bad_copy"))
     time.sleep(12)                                              # two sensor intervals: nothing requested
