@@ -4,6 +4,10 @@
 #   bash dev.sh test    set up (venv + install), start/install what the tests need, run the test suite
 #   bash dev.sh ui      set up, prepare the Dagster home .dagster (SQLite) and start `dagster dev`
 #                       on the example queries (UI on http://127.0.0.1:3000)
+#   bash dev.sh launch <job>   launch a job of the workspace on the .dagster instance `ui` runs
+#                       (e.g. bash dev.sh launch clicks_bronze_batch: the next batch, or the redo
+#                       that resumes a halted query); no DAGSTER_HOME needed
+#   bash dev.sh history <query>  the query's batch history (increments history)
 # Extra arguments after `test` go to pytest (e.g. bash dev.sh test -m faults); after `ui`, to
 # `dagster dev` (e.g. bash dev.sh ui -p 3001).
 set -euo pipefail
@@ -51,5 +55,13 @@ case "$cmd" in
     export DAGSTER_HOME="$PWD/.dagster"
     echo "[dev.sh] DAGSTER_HOME=$DAGSTER_HOME (SQLite); demo data: python examples/queries.py 6"
     exec .venv/bin/dagster dev -w workspace.yaml "$@" ;;
-  *) echo "usage: bash dev.sh demo | test [pytest args] | ui [dagster dev args]" >&2; exit 2 ;;
+  launch)
+    [ $# -ge 1 ] || { echo "usage: bash dev.sh launch <job> [dagster job launch args], e.g. clicks_bronze_batch" >&2; exit 2; }
+    job=$1; shift
+    [ -f .dagster/dagster.yaml ] || .venv/bin/python -m orchestration.home .dagster --sqlite >/dev/null
+    export DAGSTER_HOME="$PWD/.dagster"
+    exec .venv/bin/dagster job launch -w workspace.yaml -j "$job" "$@" ;;
+  history) exec .venv/bin/increments history "$@" ;;
+  *) echo "usage: bash dev.sh demo | test [pytest args] | ui [dagster dev args] | launch <job> | history <query>" >&2
+     exit 2 ;;
 esac

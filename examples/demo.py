@@ -47,7 +47,19 @@ def main() -> None:
                      "FROM t ORDER BY window_start, campaign_id", {"t": DeltaTable(table).to_pyarrow_table()})
     print(f"\nDelta table {table} (version {DeltaTable(table).version()}): {result.num_rows} closed hourly windows")
     print(format_table(result, num_rows=100))
-    print(f"\nbatch history: increments history hourly_clicks --checkpoint {chk}")
+    print(f"\nbatch history: {increments_command()} history hourly_clicks --checkpoint {chk}")
+
+
+def increments_command() -> str:
+    """The `increments` command as it runs when pasted here: the name when it is on PATH, else the
+    venv's script (relative to the working directory when under it), else `python -m increments.cli`."""
+    if shutil.which("increments"):
+        return "increments"
+    script = os.path.join(os.path.dirname(sys.executable), "increments")
+    if os.path.exists(script):
+        rel = os.path.relpath(script)
+        return rel if not rel.startswith("..") else script
+    return f"{sys.executable} -m increments.cli"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 
 prints a query's batch history from its offsets/commits log as a terminal table: batch id,
 committed at, offsets range per source, rows in/out, watermark, state versions, sink version,
-durations, attempts; then the query's AvailableNow drains. <query> is a checkpoint directory or
+durations, attempts, what each source read (file names, Kafka topic/partition ranges, Delta
+versions) and the upstream batches of other queries it read (a Delta table or parquet sink
+written by an increments query); then the query's AvailableNow drains. <query> is a checkpoint directory or
 URL (s3://, gs://, az://, file://; credentials from the cloud's environment or --storage-option),
 or a query name registered in the module $INCREMENTS_QUERIES (default examples.queries), whose
 writer gives the checkpoint, its storage_options and log_url. The log URL: --log-url, else the
@@ -52,6 +54,7 @@ from .checkpoint.identity import LOG_FILE, QUERIES, Identities, describe_url, re
 from .checkpoint.log import BatchLog, open_log, resolve_log_url
 from .checkpoint.metadata import read_metadata
 from .errors import IncrementsError
+from .options import writer_options
 
 
 def _fmt_ts(ms: int | None) -> str:
@@ -89,8 +92,9 @@ def _resolve(query: str, checkpoint: str | None, log_url: str | None,
         fn = fn[0] if isinstance(fn, tuple) else fn
         s = fn().settings
         if s.query_name == query:
-            return (s.checkpoint, log_url or s.options.get("log_url"),
-                    {**(s.options.get("storage_options") or {}), **storage_options})
+            o = writer_options(s, required=False)
+            return (s.checkpoint or o["checkpoint_location"], log_url or o["log_url"],
+                    {**(o["storage_options"] or {}), **storage_options})
     raise SystemExit(f"increments history: no checkpoint directory and no registered query named {query!r} in "
                      f"{mod.__name__}; pass --checkpoint PATH")
 
@@ -118,9 +122,20 @@ def history_rows(checkpoint: Any, log_url: str | None = None, limit: int = 50,
             "duration_ms": d.get("trigger_execution") or sum(v for k, v in d.items() if k != "trigger_execution") if com else "-",
             "durations": " ".join(f"{k}={v}" for k, v in sorted(d.items()) if k != "trigger_execution") or "-",
             "attempt": off.attempt,
+            **_lineage_cells(com),
         })
     drains = DrainLog(log.engine, meta["id"]).recent(10)
     return log.query_name, rows, drains
+
+
+def _lineage_cells(com: Any) -> dict[str, str]:
+    """`read`: what each source's batch read (file names, Kafka ranges, Delta versions);
+    `upstream`: the batches of other queries it read (increments/execution/lineage.py)."""
+    from .execution.lineage import describe, upstream_of, upstream_text
+    srcs = ((com.extra or {}).get("sources") or []) if com else []
+    lins = [s.get("lineage") for s in srcs]
+    read = "; ".join(f"{i}: {describe(x)}" for i, x in enumerate(lins) if x) or "-"
+    return {"read": read[:120], "upstream": upstream_text(upstream_of(srcs))[:80]}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -246,7 +261,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     writer, path = load_writer(args.query)
     opts = _storage_options(args.storage_option)
     if opts:
-        writer = writer.option("storage_options", {**(writer.settings.options.get("storage_options") or {}), **opts})
+        own = writer_options(writer.settings, required=False)["storage_options"] or {}
+        writer = writer.option("storage_options", {**own, **opts})
     if args.log_url:
         writer = writer.option("log_url", args.log_url)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .durations import parse_duration_ms
+from .identifiers import duckdb_ident
 from .udf import arrow_udf, pandas_udf, udf  # noqa: F401 - F.udf, F.pandas_udf, F.arrow_udf (increments/udf.py)
 
 
@@ -138,8 +139,55 @@ def last(column: str) -> AggExpr:
 
 def col(name: str) -> str:
     """A column reference as SQL text (expressions are DuckDB SQL)."""
-    return '"' + name.replace('"', '""') + '"'
+    return duckdb_ident(name)
 
 
 def expr(sql: str) -> str:
     return sql
+
+
+class Column(str):
+    """A column expression as SQL text (what select / filter / with_column take), with PySpark's
+    `.alias(name)`; a generator's `.alias("k", "v")` names each of its columns."""
+
+    def alias(self, *names: str) -> "Column":
+        if not names:
+            raise TypeError("alias needs a name")
+        if len(names) == 1:
+            return Column(f"{self} AS {col(names[0])}")
+        return Column(f"{self} AS ({', '.join(col(n) for n in names)})")
+
+    name = alias
+
+
+def _arg(column: str) -> str:
+    """A column name (quoted) or an expression (kept as SQL text)."""
+    import re
+    return col(column) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", column) else str(column)
+
+
+def explode(column: str) -> Column:
+    """One row per element of an ARRAY (column `col`) or entry of a MAP (`key`, `value`); a row
+    whose array or map is NULL or empty yields no row (and, as in Spark, never moves the watermark:
+    the frame filters such rows before the watermark sees them). For select / with_column."""
+    return Column(f"explode({_arg(column)})")
+
+
+def explode_outer(column: str) -> Column:
+    """explode, but a NULL or empty array / map yields one row of NULLs."""
+    return Column(f"explode_outer({_arg(column)})")
+
+
+def posexplode(column: str) -> Column:
+    """explode with the element's 0-based position first (`pos` INT, then `col`, or `key`, `value`)."""
+    return Column(f"posexplode({_arg(column)})")
+
+
+def posexplode_outer(column: str) -> Column:
+    """posexplode, but a NULL or empty array / map yields one row of NULLs."""
+    return Column(f"posexplode_outer({_arg(column)})")
+
+
+def size(column: str) -> Column:
+    """The number of elements of an ARRAY or entries of a MAP; NULL for NULL (Spark 4, ANSI)."""
+    return Column(f"size({_arg(column)})")

@@ -10,6 +10,8 @@ import threading
 import duckdb
 import pyarrow as pa
 
+from .identifiers import duckdb_ident
+
 _local = threading.local()
 _db: duckdb.DuckDBPyConnection | None = None
 _db_lock = threading.Lock()
@@ -40,5 +42,4 @@ def run_sql(sql: str, tables: dict[str, pa.Table], con: duckdb.DuckDBPyConnectio
             con.unregister(name)
 
 
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+quote_ident = duckdb_ident      # the one DuckDB quoting helper (increments/identifiers.py)

@@ -42,9 +42,12 @@ import re
 import threading
 from typing import Any, Callable, Iterable
 
-import pyarrow as pa
+from .lazy import lazy_module
 
 from .errors import IncrementsError
+from .identifiers import duckdb_ident
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 KINDS = ("row", "pandas", "arrow")
 
@@ -52,12 +55,12 @@ _counter = itertools.count(1)
 _lock = threading.Lock()
 #: hidden column token -> the call that computes it (frames find calls through the SQL text)
 _CALLS: dict[str, "UdfCall"] = {}
-_TOKEN = re.compile(r'"(__udf_\d+)"')
+_TOKEN = re.compile(r'(?<![\w"])"?(__udf_\d+)"?(?!\w)')   # quoted, or bare as DuckDB prints it back
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUOTED = re.compile(r'"((?:[^"]|"")+)"')
 
 
-def quote_ident(name: str) -> str:   # as increments.sql's (not imported: it loads DuckDB)
-    return '"' + name.replace('"', '""') + '"'
+quote_ident = duckdb_ident     # increments/identifiers.py (not increments.sql: that loads DuckDB)
 
 
 class PythonUdfError(IncrementsError):
@@ -249,12 +252,23 @@ class UdfCall(Column):
                 token = f"__udf_{next(_counter)}"
         self.udf, self.args, self.token = udf, args, token
         self.arg_sql = tuple(_arg_sql(a) for a in args)
-        display = f"{udf.__name__}({', '.join(a.display if isinstance(a, Column) else str(a) for a in args)})"
+        display = f"{udf.__name__}({', '.join(_arg_display(a) for a in args)})"
         super().__init__(quote_ident(token), display, name)
         _CALLS[token] = self
 
     def alias(self, name: str) -> "UdfCall":
         return UdfCall(self.udf, self.args, str(name), token=self.token)
+
+
+def _arg_display(a: Any) -> str:
+    """As Spark names an argument: an inner call by its own name, `alias.col` as `col`."""
+    if isinstance(a, Column):
+        return a.display
+    m = re.fullmatch(r"[A-Za-z_]\w*\.([A-Za-z_]\w*)", str(a))
+    if m:
+        return m.group(1)
+    q = _QUOTED.fullmatch(str(a))       # F.col("x") is '"x"'
+    return q.group(1).replace('""', '"') if q else str(a)
 
 
 def _arg_sql(a: Any) -> str:
@@ -288,6 +302,13 @@ def has_udf(*exprs: Any) -> bool:
                for e in exprs)
 
 
+def refuse(expr: Any, where: str) -> None:
+    """TypeError when `expr` holds a UDF call where the engine does not evaluate one."""
+    if has_udf(expr):
+        raise TypeError(f"a UDF call in {where} is not supported: compute it first with "
+                        "with_column(name, f(...)) and refer to that column")
+
+
 def _levels(calls: list[UdfCall]) -> list[list[UdfCall]]:
     level: dict[str, int] = {}
     for c in calls:   # inner calls come first
@@ -299,18 +320,40 @@ def _levels(calls: list[UdfCall]) -> list[list[UdfCall]]:
     return out
 
 
-def plan_udfs(node: Any, texts: Iterable[str]) -> tuple[Any, list[str]]:
-    """`node` with the hidden result column of every UDF the texts refer to added (argument SQL as
-    with_column stages, then one UdfEval per nesting level); and the hidden column names."""
-    from .plan.udf_nodes import UdfEval
+def _direct(c: UdfCall, j: int) -> str | None:
+    """The input column argument j reads as it is (a plain column name, an inner call's result),
+    or None when a SQL stage computes it."""
+    a = c.args[j]
+    if isinstance(a, UdfCall) and not a.name:
+        return a.token
+    if isinstance(a, str) and _IDENT.fullmatch(a):
+        return a
+    q = _QUOTED.fullmatch(a) if isinstance(a, str) else None
+    return q.group(1).replace('""', '"') if q and not q.group(1).startswith("__udf_") else None
+
+
+def plan_udfs(node: Any, texts: Iterable[str], output: tuple[str, str] | None = None) -> tuple[Any, list[str]]:
+    """`node` with the result column of every UDF the texts refer to added (one UdfEval per nesting
+    level; arguments other than plain columns and inner calls computed by with_column stages
+    first); and the hidden column names. `output` (token, name): that call's result is named
+    `name` instead of its token."""
     from .plan import nodes as n
+    from .plan.udf_nodes import UdfEval
     calls = calls_in(list(texts))
     for group in _levels(calls):
+        cols = []
         for c in group:
+            names = []
             for j, a in enumerate(c.arg_sql):
-                node = n.WithColumn(node, f"{c.token}_a{j}", a)
-        node = UdfEval(node, tuple(c.udf for c in group), tuple(c.token for c in group),
-                       tuple(len(c.args) for c in group), tuple(c.display for c in group))
+                d = _direct(c, j)
+                if d is None:
+                    d = f"{c.token}_a{j}"
+                    node = n.WithColumn(node, d, a)
+                names.append(d)
+            cols.append(tuple(names))
+        node = UdfEval(node, tuple(c.udf for c in group), tuple(c.token for c in group), tuple(cols),
+                       tuple(c.display for c in group),
+                       tuple(output[1] if output and output[0] == c.token else None for c in group))
     return node, [c.token for c in calls]
 
 
@@ -331,20 +374,31 @@ def select(node: Any, exprs: tuple[Any, ...]) -> Any:
 
 
 def filter(node: Any, condition: Any) -> Any:  # noqa: A001 - the frame method's name
-    from .plan.udf_nodes import DropColumns
-    from .plan import nodes as n
+    """A UdfFilter node: kept whole until compiling, so the pushdown can place it like a filter
+    (plan/udf_pushdown.py), then expanded by expand_filter."""
+    from .plan.udf_nodes import UdfFilter
     if isinstance(condition, UdfCall) and not pa.types.is_boolean(condition.udf.return_type):
         from .errors import AnalysisException
         raise AnalysisException(f"filter: {condition.display} returns {condition.udf.return_type}, not a boolean; "
                                 "compare it (e.g. f(x) == 'a') or declare the UDF's return type 'boolean'")
     text = condition.sql if isinstance(condition, Column) else str(condition)
-    node, hidden = plan_udfs(node, [text])
-    return DropColumns(n.Filter(node, text), tuple(hidden))
+    return UdfFilter(node, text)
+
+
+def expand_filter(node: Any) -> Any:
+    """A UdfFilter as the nodes that run it: the UDFs' stages, the filter, the hidden columns dropped."""
+    from .plan import nodes as n
+    from .plan.udf_nodes import DropColumns
+    child, hidden = plan_udfs(node.child, [node.condition])
+    return DropColumns(n.Filter(child, node.condition), tuple(hidden))
 
 
 def with_column(node: Any, name: str, expr: Any) -> Any:
     from .plan.udf_nodes import DropColumns
     from .plan import nodes as n
+    if isinstance(expr, UdfCall):     # a bare call: its result is the column (no SQL stage)
+        node, hidden = plan_udfs(node, [expr.sql], output=(expr.token, name))
+        return DropColumns(node, tuple(h for h in hidden if h != expr.token))
     text = expr.sql if isinstance(expr, Column) else str(expr)
     node, hidden = plan_udfs(node, [text])
     return DropColumns(n.WithColumn(node, name, text), tuple(h for h in hidden if h != name))

@@ -23,6 +23,7 @@ from typing import Any
 
 import dagster as dg
 
+from increments.options import writer_options
 from increments.redaction import redact_url
 
 
@@ -65,7 +66,8 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     """(key, description) of the table a query writes."""
     sink = settings.sink
     fmt = (settings.format or "").lower()
-    where = path or settings.path or settings.options.get("path")
+    o = writer_options(settings, required=False)
+    where = path or settings.path or o["path"]
     if sink is not None:
         kind = type(sink).__name__.lower()
         where = getattr(sink, "path", None)
@@ -79,7 +81,7 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     if fmt == "parquet" and where:
         return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {redact_url(where)}"
     if fmt in ("postgres", "postgresql"):
-        return _pg(settings.options.get("table") or settings.options.get("dbtable"), query_key)
+        return _pg(o["table"], query_key)
     return dg.AssetKey(["sink", query_key]), f"{fmt or 'custom'} sink of query {query_key}"
 
 
@@ -89,10 +91,10 @@ def _pg(table: Any, query_key: str) -> tuple[dg.AssetKey, str]:
     return dg.AssetKey(["postgres", *[_part(p) for p in str(table).split(".")]]), f"PostgreSQL table {table}"
 
 
-
 def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     """One AssetSpec per key across all queries: sinks (with deps on their sources) and the sources
-    no query of this location writes."""
+    no query of this location writes. Kinds: orchestration/metadata.py."""
+    from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
         writers.setdefault(s.sink_key, []).append(s)
@@ -109,7 +111,7 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
         md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
-        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds={"increments"},
+        out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),
                                 description=f"{ws[0].sink_description}, written by streaming query {names}: one "
                                             "materialization per committed micro-batch"
                                             + (" (Materialize runs the next batch)" if len(ws) == 1 else
@@ -118,7 +120,7 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     for key, names in readers.items():
         if key in writers:
             continue
-        out.append(dg.AssetSpec(key, group_name="increments", kinds={"increments"},
+        out.append(dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
                                 description=f"{descs[key]}, read by streaming query {', '.join(names)}",
                                 metadata={"read_by": ", ".join(names)}))
     return out

@@ -21,10 +21,23 @@ ERRORS_DESCRIPTION = ("the query's batches commit: fails with the error (file an
 
 
 def make_checks(spec: Any) -> list[dg.AssetChecksDefinition]:
-    out = []
-    for rule, desc in DESCRIPTIONS.items():
-        out.append(_check(spec, rule, desc))
-    return out + [_errors_check(spec)]
+    """A check per health rule that applies to the query (health.applicable_rules: no kafka_lag
+    without a Kafka source, no watermark_lag without a watermark), and batch_errors."""
+    rules = spec_rules(spec)
+    return [_check(spec, rule, desc) for rule, desc in DESCRIPTIONS.items() if rule in rules] + [_errors_check(spec)]
+
+
+def spec_rules(spec: Any) -> tuple[str, ...]:
+    """health.applicable_rules of a registered query, from its plan's nodes (no compile: the
+    tables it reads may not exist yet): a Kafka source node, a with_watermark node."""
+    from increments.plan.nodes import SourceNode, WithWatermark
+    from .health import RULES, applicable_rules
+    try:
+        nodes = list(spec.writer_factory().frame.node.walk())
+    except Exception:  # noqa: BLE001 - the batch run reports the error itself; keep every rule
+        return RULES
+    has_kafka = any(isinstance(n, SourceNode) and "kafka" in type(n.source).__name__.lower() for n in nodes)
+    return applicable_rules(has_kafka, any(isinstance(n, WithWatermark) for n in nodes))
 
 
 def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
@@ -53,7 +66,7 @@ def _check(spec: Any, rule: str, desc: str) -> dg.AssetChecksDefinition:
         from . import health, runner
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         try:
-            passed, meta, _ = health.evaluate(rt)[rule]
+            passed, meta, _ = health.evaluate(rt).get(rule, (True, {}, "does not apply to this query"))
         finally:
             runner.close_quietly(rt)
         return dg.AssetCheckResult(passed=passed, metadata=meta, severity=dg.AssetCheckSeverity.WARN)

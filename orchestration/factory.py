@@ -48,6 +48,8 @@ from typing import Any, Callable
 
 import dagster as dg
 
+from increments.options import writer_options
+
 from .ops import QUERY_TAG, make_ops
 
 DEFAULT_CRON = "0 * * * *"
@@ -120,7 +122,7 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     from .assets import sink_asset, source_assets
     w = writer_factory()
     s = w.settings
-    name = s.query_name or s.options.get("query_name")
+    name = s.query_name or writer_options(s, required=False)["query_name"]   # refuses unknown or mistyped options
     if not name:
         raise ValueError(f"{getattr(writer_factory, '__name__', writer_factory)}: a Dagster query needs "
                          ".query_name(...) (it names the job, the assets and the run tag)")
@@ -145,10 +147,10 @@ def _fanout_reason(writer: Any, fanout: bool | None, executor: Any) -> str | Non
     `fanout` (option of @streaming_query): True fans out when the plan allows, False never, None
     (default) when the executor is not in_process (in one process the partitions would only run
     one after the other, with their slices staged in between)."""
-    from increments.execution.partitioned import fanout_reason
-    from increments.plan.compiler import Compiler
     if fanout is False or (fanout is None and executor in (None, "in_process")):
         return "fanout is off for this query (in_process executor; option fanout=True turns it on)"
+    from increments.execution.partitioned import fanout_reason     # the planner (DuckDB): only to decide a fan-out
+    from increments.plan.compiler import Compiler
     s = writer.settings
     try:
         plan = Compiler(s.output_mode, s.options).compile(writer.frame.node)

@@ -78,8 +78,11 @@ def _last_tick_ms(cron: str, now_ms: int) -> int:
     return int(next(reverse_cron_string_iterator(now_ms / 1000, cron, "UTC")).timestamp() * 1000)
 
 
-def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = None) -> tuple[bool, str, dict]:
-    """(fresh?, description, metadata) of the query behind runtime `rt` at `now_ms`."""
+def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = None,
+             watched_since_ms: int | None = None) -> tuple[bool, str, dict]:
+    """(fresh?, description, metadata) of the query behind runtime `rt` at `now_ms`. A cron tick
+    before the query's checkpoint was created, or before `watched_since_ms` (the sensor's first
+    evaluation: the instance or schedule did not exist yet), is not held against the query."""
     from . import runner
     if rule.kind == "none":
         return True, rule.describe(), {"pending": False}
@@ -104,7 +107,10 @@ def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = No
     drain = recent[0] if recent else None
     meta.update(last_tick=dg.MetadataValue.timestamp(tick / 1000),
                 drain_state=drain.state if drain else None)
-    if now_ms > tick + rule.grace_ms and (drain is None or drain.created_at < tick - CLOCK_SKEW_MS):
+    floor = max(int(rt.meta.created_at_ms or 0), int(watched_since_ms or 0))
+    if tick < floor - CLOCK_SKEW_MS:
+        meta["first_judged_tick_after"] = dg.MetadataValue.timestamp(floor / 1000)
+    elif now_ms > tick + rule.grace_ms and (drain is None or drain.created_at < tick - CLOCK_SKEW_MS):
         return False, (f"stale: no AvailableNow drain started for the tick at {time.strftime('%Y-%m-%d %H:%M', time.gmtime(tick / 1000))} "
                        f"UTC of {rule.cron!r} (is the schedule running?) and work is pending"), meta
     if drain is not None and drain.active:
@@ -112,6 +118,9 @@ def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = No
         if now_ms - progress_ms > rule.grace_ms + rule.batch_budget_ms:
             return False, (f"stale: drain {drain.drain_id} is active but nothing committed for "
                            f"{(now_ms - progress_ms) // 1000} s"), meta
+    if tick < floor - CLOCK_SKEW_MS and (drain is None or drain.created_at < tick - CLOCK_SKEW_MS):
+        return True, (f"work pending; the latest tick of {rule.cron!r} came before this query (or the instance "
+                      "watching it) existed, so the next tick's drain is awaited"), meta
     return True, "the drain of the latest tick is running or done", meta
 
 
@@ -137,15 +146,39 @@ def make_freshness(spec: Any, grace: str | None = None) -> tuple[dg.AssetChecksD
     status = dg.DefaultSensorStatus.RUNNING if spec.sensor_status == "running" else dg.DefaultSensorStatus.STOPPED
 
     @dg.sensor(name=f"{spec.key}_freshness", minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=status,
-               description=f"Reports the freshness check of {spec.name}'s sink: {rule.describe()}")
+               description=f"Reports the freshness check of {spec.name}'s sink ({rule.describe()}) and observes "
+                           "its sources (backlog, data version)")
     def sensor(context):
-        return freshness_tick(spec, rule, context.cursor)
+        return freshness_tick(spec, rule, context.cursor, written_keys(context))
 
     return check, sensor
 
 
-def freshness_tick(spec: Any, rule: Rule, cursor: str | None) -> dg.SensorResult:
-    """One evaluation: the AssetCheckEvaluation when the result changed (or is old), the new cursor."""
+def commit_evaluation(spec: Any, rt: Any, grace: str | None = None) -> dg.AssetCheckEvaluation:
+    """The freshness check evaluated right after a commit (logged by the commit op), so the check
+    is evaluated for every materialization, never "Not evaluated" until the sensor's next report."""
+    rule = rule_for(spec, grace if grace is not None else spec.freshness_grace)
+    try:
+        passed, text, meta = evaluate(rt, rule, _now_ms())
+    except Exception as e:  # noqa: BLE001 - the batch is committed; the sensor reports the check
+        passed, text, meta = True, f"not evaluated after the commit ({type(e).__name__}: {e}); the sensor reports it", {}
+    return dg.AssetCheckEvaluation(asset_key=spec.sink_key, check_name=_check_name(spec), passed=passed,
+                                   metadata=meta, severity=dg.AssetCheckSeverity.WARN, description=text)
+
+
+def written_keys(context: Any) -> set:
+    """The asset keys some query of the code location writes (their AssetSpec names `written_by`)."""
+    try:
+        g = context.repository_def.asset_graph
+        return {k for k in g.get_all_asset_keys() if (g.get(k).metadata or {}).get("written_by")}
+    except Exception:  # noqa: BLE001
+        return set()
+
+
+def freshness_tick(spec: Any, rule: Rule, cursor: str | None, written: set | None = None) -> dg.SensorResult:
+    """One evaluation: the AssetCheckEvaluation when the result changed (or is old), the sources'
+    observations when they changed (or are old: observations.py), the new cursor."""
+    from .observations import fingerprint, observation_events
     from . import runner
     state = json.loads(cursor) if cursor else {}
     now = _now_ms()
@@ -155,14 +188,35 @@ def freshness_tick(spec: Any, rule: Rule, cursor: str | None) -> dg.SensorResult
         return dg.SensorResult(skip_reason=f"query {spec.name} cannot be built: {type(e).__name__}: {e}")
     try:
         pending_since = state.get("pending_since")
-        passed, text, meta = evaluate(rt, rule, now, pending_since)
+        state.setdefault("watching_since", now)
+        passed, text, meta = evaluate(rt, rule, now, pending_since, state["watching_since"])
         state["pending_since"] = (pending_since or now) if meta.get("pending") else None
+        try:
+            observed = observation_events(spec, rt, written)
+        except Exception:  # noqa: BLE001 - observations are advisory
+            observed = []
     finally:
         runner.close_quietly(rt)
-    events = []
-    if state.get("passed") is not passed or now - state.get("reported_at", 0) >= REPORT_EVERY_MS:
+    events: list[Any] = []
+    fp = fingerprint(observed)
+    if observed and (state.get("observed") != fp or now - state.get("observed_at", 0) >= REPORT_EVERY_MS):
+        events.extend(observed)
+        state.update(observed=fp, observed_at=now)
+    last_batch = meta.get("last_commit_batch")
+    if state.get("passed") is not passed or now - state.get("reported_at", 0) >= REPORT_EVERY_MS or \
+            state.get("reported_batch", last_batch) != last_batch:      # a new materialization: evaluate it
+        state["reported_batch"] = last_batch
         events.append(dg.AssetCheckEvaluation(asset_key=spec.sink_key, check_name=_check_name(spec), passed=passed,
                                               metadata=meta, severity=dg.AssetCheckSeverity.WARN, description=text))
         state.update(passed=passed, reported_at=now)
     return dg.SensorResult(asset_events=events, cursor=json.dumps(state),
-                           skip_reason=None if events else f"{spec.name}: {text} (unchanged)")
+                           skip_reason=_tick_text(spec, text, events))
+
+
+def _tick_text(spec: Any, text: str, events: list[Any]) -> str:
+    """The tick's line in the sensor's history: the freshness result and what was reported."""
+    checked = any(isinstance(e, dg.AssetCheckEvaluation) for e in events)
+    observed = sum(isinstance(e, dg.AssetObservation) for e in events)
+    done = ", ".join(x for x in ("check reported" if checked else "",
+                                 f"{observed} source observation(s)" if observed else "") if x)
+    return f"{spec.name}: {text} ({done or 'unchanged'})"

@@ -15,12 +15,27 @@ check evaluations on the sink; the asset checks re-evaluate them on demand from 
   time trails the wall clock) <= option max_watermark_lag (a duration string, e.g. "15 minutes");
   passes when unset or when the query has no watermark (or none yet).
 Unset thresholds and unknown figures are left out of the metadata (never shown as -1).
+
+Rules apply where they can (`applicable_rules`): kafka_lag only to a query reading a Kafka
+source, watermark_lag only to a query with an event-time watermark; `evaluate` returns the
+applicable rules only, and orchestration/checks.py defines a check per applicable rule.
 """
 from __future__ import annotations
 
 from typing import Any
 
 RULES = ("processed_rate", "batch_duration", "state_rows", "kafka_lag", "watermark_lag")
+
+
+def applicable_rules(has_kafka: bool, has_watermark: bool) -> tuple[str, ...]:
+    """The rules that can say something about a query (module doc)."""
+    return tuple(r for r in RULES if (r != "kafka_lag" or has_kafka) and (r != "watermark_lag" or has_watermark))
+
+
+def rules_for(rt: Any) -> tuple[str, ...]:
+    """applicable_rules of the query behind runtime `rt`."""
+    return applicable_rules(any("kafka" in type(s).__name__.lower() for s in rt.sources),
+                            bool(rt.plan.watermark_delays))
 
 
 def _exec_ms(commit: Any) -> int:
@@ -31,13 +46,14 @@ def _exec_ms(commit: Any) -> int:
 
 
 def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict[str, Any], str]]:
-    """All rules for batch `batch_id` (default: the last committed one)."""
+    """The applicable rules for batch `batch_id` (default: the last committed one)."""
+    rules = rules_for(rt)
     commit = rt.log.get_commit(batch_id) if batch_id is not None else rt.log.latest_commit()
     if commit is None:
-        return {r: (True, {}, "no committed batch yet") for r in RULES}
+        return {r: (True, {}, "no committed batch yet") for r in rules}
     off = rt.log.get_offsets(commit.batch_id)
     prev = rt.log.get_offsets(commit.batch_id - 1) if commit.batch_id > 0 else None
-    opts = rt.settings.options
+    opts = rt.options                      # checked and typed (increments/options.py)
     out: dict[str, tuple[bool, dict[str, Any], str]] = {}
     n = commit.num_input_rows
     ex_ms = max(_exec_ms(commit), 1)
@@ -77,7 +93,7 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
                         "Kafka records behind the batch's end offsets within max_kafka_lag" if lag_limit is not None
                         else "max_kafka_lag is not set")
     out["watermark_lag"] = _watermark_lag(rt, commit.batch_id, off, opts.get("max_watermark_lag"))
-    return out
+    return {r: v for r, v in out.items() if r in rules}
 
 
 def watermark_lag_ms(timestamp_ms: int, watermark_ms: int | None) -> int | None:

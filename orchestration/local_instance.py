@@ -227,12 +227,13 @@ class LocalDagster:
     METADATA = """metadataEntries { label __typename
                    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
                    ... on TextMetadataEntry { text } ... on JsonMetadataEntry { jsonString }
-                   ... on TimestampMetadataEntry { timestamp } ... on PipelineRunMetadataEntry { runId } }"""
+                   ... on TimestampMetadataEntry { timestamp } ... on PipelineRunMetadataEntry { runId }
+                   ... on TableSchemaMetadataEntry { schema { columns { name type } } } }"""
 
     @staticmethod
     def _metadata(entries: list[dict[str, Any]]) -> dict[str, Any]:
-        return {e["label"]: next((e[k] for k in ("intValue", "floatValue", "text", "jsonString", "timestamp", "runId")
-                                  if k in e), None) for e in entries}
+        return {e["label"]: next((e[k] for k in ("intValue", "floatValue", "text", "jsonString", "timestamp", "runId",
+                                                  "schema") if k in e), None) for e in entries}
 
     def materializations(self, asset_key: list[str], limit: int = 100, kind: str = "assetMaterializations"
                          ) -> list[dict[str, Any]]:

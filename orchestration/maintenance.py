@@ -73,13 +73,15 @@ def delta_target(writer: Any, path: str | None = None) -> tuple[str, dict | None
     s = writer.settings
     if s.foreach_batch is not None or s.sink is not None or (s.format or "").lower() != "delta":
         return None
-    where = path or s.path or s.options.get("path")
+    from increments.options import writer_options
+    o = writer_options(s, required=False)
+    where = path or s.path or o["path"]
     if not where:
         return None
     from increments import storage
     where = os.fspath(where)
     where = where.rstrip("/") if storage.scheme_of(where) else os.path.abspath(where)
-    opts = {**(s.options.get("storage_options") or {})}
+    opts = {**(o["storage_options"] or {})}
     return where, (opts or None)
 
 

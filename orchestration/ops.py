@@ -33,12 +33,12 @@ from increments.redaction import redact
 
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
-OFFSETS_TAG = "increments/offsets"
+OFFSETS_TAG = "increments/offsets"      # not set any more (metadata `offsets`); kept for old runs' readers
 OUTCOME_TAG = "increments/outcome"
 REASON_TAG = "increments/reason"
 ERROR_TAG = "increments/error"
 DRAIN_TAG = "increments/drain_id"
-ATTEMPT_TAG = "increments/attempt"
+ATTEMPT_TAG = "increments/attempt"      # not set any more (metadata `attempt`); kept for old runs' readers
 CHAINED_TAG = "increments/after_run"
 ERRORS_CHECK = "batch_errors"
 
@@ -201,8 +201,9 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             mark_idle(context, spec, "no new data, no time-based work"
                       + (f"; drain {drain.drain_id} done" if drain is not None else ""))
             return
-        tags = {OUTCOME_TAG: "running", BATCH_TAG: plan.batch_id, OFFSETS_TAG: runner.offsets_text(plan.entry),
-                ATTEMPT_TAG: plan.entry.attempt}
+        # run tags are what users filter the runs list by (query, batch, drain, outcome); the offsets
+        # and the attempt are metadata (this step's output, the sink's materialization)
+        tags = {OUTCOME_TAG: "running", BATCH_TAG: plan.batch_id}
         if drain is not None:
             DrainLog.for_runtime(rt).record_batch(drain.drain_id, plan.batch_id)
             tags[DRAIN_TAG] = drain.drain_id
@@ -256,7 +257,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                                 "its lineage was not recorded")
             runner.release_run(k, context.run_id)
             return
-        md, events, nxt = {"batch_id": batch["batch_id"]}, [], None
+        md, events, nxt = {"batch_id": str(batch["batch_id"])}, [], None
         try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
             md, events, nxt = after_commit(spec, context, batch, *res)
         except Exception as e:  # noqa: BLE001
@@ -320,13 +321,16 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     it, (N + 1, drain id) when its drain goes on)."""
     from increments.checkpoint.drains import DrainLog
     from . import health, runner
+    from .metadata import materialization_metadata
     rec = runner.lineage(rt, plan, entry, progress)
-    md = lineage_metadata(rec, context.run_id)
+    md = materialization_metadata(rt, rec, progress, context.run_id, context.instance)
     events: list[Any] = []
     for rule, (passed, meta, desc) in health.evaluate(rt, plan.batch_id).items():
         events.append(dg.AssetCheckEvaluation(
             asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
             description=desc, severity=dg.AssetCheckSeverity.WARN))
+    from .freshness import commit_evaluation
+    events.append(commit_evaluation(spec, rt))
     events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",
@@ -364,26 +368,6 @@ def _step_metadata(info: Any) -> dict[str, Any]:
 
 
 def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """The sink materialization's metadata: numbers are plotted over batches in the UI."""
-    md: dict[str, Any] = {
-        "batch_id": rec["batch_id"], "attempt": rec["attempt"], "offsets": rec["offsets"],
-        "sources": dg.MetadataValue.json(rec["sources"]),
-        "num_input_rows": rec["num_input_rows"], "num_output_rows": rec["num_output_rows"],
-        "watermark": dg.MetadataValue.timestamp(rec["watermark_ms"] / 1000),
-        "next_watermark": dg.MetadataValue.timestamp(rec["next_watermark_ms"] / 1000),
-        "state_versions": dg.MetadataValue.json(rec["state_versions"]),
-        "state_rows_total": rec["state_rows_total"], "sink": rec["sink"],
-        "sink_version": _sink_version(rec["sink_version"]),
-        "durations_ms": dg.MetadataValue.json(rec["durations_ms"]),
-        "batch_duration_ms": int(rec["durations_ms"].get("trigger_execution", 0)),
-        "processed_rows_per_second": float(rec["processed_rows_per_second"]),
-        "dagster_run_id": run_id, "dagster_run": dg.MetadataValue.dagster_run(run_id), "query_id": rec["query_id"],
-    }
-    return md
-
-
-def _sink_version(v: Any) -> Any:
-    """As `increments history` prints it: the number, '-' when the sink has no versions."""
-    if v is None:
-        return "-"
-    return v if isinstance(v, int) else dg.MetadataValue.json({"version": v})
+    """The batch's own entries of the sink materialization (orchestration/metadata.py)."""
+    from .metadata import batch_metadata
+    return batch_metadata(rec, run_id)

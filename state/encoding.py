@@ -20,6 +20,11 @@ decimal.Decimal up to 38 digits (Arrow's decimal128: the unscaled integer, then 
 ordered within one scale, which is what one column's values share; a Decimal comes back
 with the scale it went in with).
 Floats: -0.0 is normalised to 0.0; NaN sorts above +inf.
+Nested values (a STRUCT or list key column): a dict or tuple (a struct: its field values in order)
+and a list encode as a tag, then each element prefixed by 0x01, then 0x00: structs compare field
+by field, lists element by element with a shorter prefix first (Spark's ordering); None (a NULL
+struct) sorts before any struct, also one of NULL fields. A struct decodes to a tuple of its field
+values (pyarrow builds a struct array from tuples), a list to a list.
 
 Values are encoded with pickle protocol 5 (``encode_value``/``decode_value``): any
 picklable tuple round-trips; no ordering is implied.
@@ -36,6 +41,7 @@ __all__ = ["encode_key", "decode_key", "encode_prefix", "prefix_end",
 
 T_NONE, T_FALSE, T_TRUE, T_INT, T_FLOAT, T_DEC, T_STR, T_BYTES, T_TS, T_TS_NAIVE, T_DATE = (
     0x01, 0x02, 0x03, 0x10, 0x11, 0x12, 0x20, 0x21, 0x30, 0x31, 0x32)
+T_STRUCT, T_LIST = 0x40, 0x41
 
 _Q = struct.Struct(">Q")
 _SIGN = 1 << 63
@@ -107,6 +113,12 @@ def _encode_one(v, out: list) -> None:
             out.append(b"\x30" + _int64(_micros(v, _EPOCH)))
     elif isinstance(v, _dt.date):
         out.append(b"\x32" + _int64((v - _EPOCH_DATE).days))
+    elif isinstance(v, (dict, tuple, list)):
+        out.append(b"\x41" if isinstance(v, list) else b"\x40")
+        for x in (v.values() if isinstance(v, dict) else v):
+            out.append(b"\x01")
+            _encode_one(x, out)
+        out.append(b"\x00")
     else:
         raise TypeError(f"cannot encode {type(v).__name__} value {v!r} in a state key")
 
@@ -156,38 +168,49 @@ def decode_key(b: bytes) -> tuple:
     out = []
     i, n = 0, len(b)
     while i < n:
-        t = b[i]
-        i += 1
-        if t == T_NONE:
-            out.append(None)
-        elif t == T_FALSE:
-            out.append(False)
-        elif t == T_TRUE:
-            out.append(True)
-        elif t == T_INT:
-            out.append(_read_int64(b, i)); i += 8
-        elif t == T_FLOAT:
-            (bits,) = _Q.unpack_from(b, i); i += 8
-            bits = (bits ^ _SIGN) if bits & _SIGN else (bits ^ _MASK)
-            out.append(struct.unpack(">d", _Q.pack(bits))[0])
-        elif t == T_DEC:
-            unscaled = int.from_bytes(b[i:i + 16], "big") - _SIGN128
-            out.append(_decimal.Decimal(f"{unscaled}E-{b[i + 16]}")); i += 17  # exact (no context rounding)
-        elif t == T_STR:
-            raw, i = _unescape(b, i)
-            out.append(raw.decode("utf-8"))
-        elif t == T_BYTES:
-            raw, i = _unescape(b, i)
-            out.append(raw)
-        elif t == T_TS:
-            out.append(_EPOCH + _read_int64(b, i) * _US); i += 8
-        elif t == T_TS_NAIVE:
-            out.append(_EPOCH_NAIVE + _read_int64(b, i) * _US); i += 8
-        elif t == T_DATE:
-            out.append(_EPOCH_DATE + _dt.timedelta(days=_read_int64(b, i))); i += 8
-        else:
-            raise ValueError(f"corrupt state key: unknown type tag 0x{t:02x} at byte {i - 1}")
+        v, i = _decode_one(b, i)
+        out.append(v)
     return tuple(out)
+
+
+def _decode_one(b: bytes, i: int):
+    t = b[i]
+    i += 1
+    if t == T_NONE:
+        return None, i
+    if t == T_FALSE:
+        return False, i
+    if t == T_TRUE:
+        return True, i
+    if t == T_INT:
+        return _read_int64(b, i), i + 8
+    if t == T_FLOAT:
+        (bits,) = _Q.unpack_from(b, i)
+        bits = (bits ^ _SIGN) if bits & _SIGN else (bits ^ _MASK)
+        return struct.unpack(">d", _Q.pack(bits))[0], i + 8
+    if t == T_DEC:
+        unscaled = int.from_bytes(b[i:i + 16], "big") - _SIGN128
+        return _decimal.Decimal(f"{unscaled}E-{b[i + 16]}"), i + 17  # exact (no context rounding)
+    if t == T_STR:
+        raw, i = _unescape(b, i)
+        return raw.decode("utf-8"), i
+    if t == T_BYTES:
+        return _unescape(b, i)
+    if t == T_TS:
+        return _EPOCH + _read_int64(b, i) * _US, i + 8
+    if t == T_TS_NAIVE:
+        return _EPOCH_NAIVE + _read_int64(b, i) * _US, i + 8
+    if t == T_DATE:
+        return _EPOCH_DATE + _dt.timedelta(days=_read_int64(b, i)), i + 8
+    if t in (T_STRUCT, T_LIST):
+        items = []
+        while b[i] == 0x01:
+            v, i = _decode_one(b, i + 1)
+            items.append(v)
+        if b[i] != 0x00:
+            raise ValueError(f"corrupt state key: byte 0x{b[i]:02x} at {i} inside a nested value")
+        return (items if t == T_LIST else tuple(items)), i + 1
+    raise ValueError(f"corrupt state key: unknown type tag 0x{t:02x} at byte {i - 1}")
 
 
 def encode_value(values: tuple) -> bytes:

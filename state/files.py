@@ -31,12 +31,13 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
+from increments.lazy import lazy_module
 
 from .base import StateStoreError
 
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
+
 _NAME = re.compile(r"^(\d+)(?:\.([0-9A-Za-z_-]+))?\.(delta|changelog|snapshot)(?:/(.+))?$")
-_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 META = "_meta.json"
 
 
@@ -98,7 +99,7 @@ def encode_rows(keys: list[bytes], values: list, meta: dict) -> bytes:
     """An Arrow IPC file of (key, value) rows whose schema metadata holds ``meta``."""
     table = pa.Table.from_arrays(
         [pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
-        schema=_SCHEMA.with_metadata({"increments": json.dumps(meta)}))
+        schema=pa.schema([("key", pa.binary()), ("value", pa.binary())]).with_metadata({"increments": json.dumps(meta)}))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table, max_chunksize=1 << 20)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tempfile
 
-import pyarrow as pa
+from increments.lazy import lazy_module
 
 from . import files
 from .base import StateStoreError
@@ -28,6 +28,8 @@ from .encoding import decode_key, decode_value
 from increments.types import duckdb_to_arrow
 
 from .schema import read_state_schema
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 
 def _partitions(op_loc, operator: str) -> list[int]:

@@ -5,6 +5,9 @@ has long imported Dagster):
   Dagster nor the orchestration package: only orchestration/ knows Dagster;
 - `import increments` stays light: the planner's operators, DuckDB and the execution engine load
   when a query is built, not when the package is imported;
+- the Dagster code location (`orchestration.definitions` over the example queries) loads without the
+  engine's heavy libraries: DuckDB, pyarrow, deltalake, RocksDB, pyiceberg and the Kafka client load
+  when an op runs (every launched run imports the code location again before its first op);
 - every logical plan node type has a builder: Compiler.build's own (the stateless nodes) or the
   explicit table of plan/builders.py.
 """
@@ -17,8 +20,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(code: str) -> str:
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def _run(code: str, env: dict | None = None) -> str:
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **(env or {})})
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -43,6 +47,17 @@ def test_import_increments_does_not_load_the_planner_or_the_engine():
                "print(sorted(m for m in sys.modules if m.startswith(('increments.operators', 'increments.plan.compiler',\n"
                "             'increments.execution.query', 'increments.execution.steps', 'duckdb'))))")
     assert out == "[]"
+
+
+HEAVY = ("duckdb", "pyarrow", "numpy", "deltalake", "rocksdict", "pyiceberg", "confluent_kafka", "obstore")
+
+
+def test_loading_the_code_location_leaves_the_engines_heavy_libraries_out(tmp_path):
+    out = _run("import sys, orchestration.definitions as d\n"
+               f"print(len(d.defs.jobs), sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))",
+               env={"INCREMENTS_EXAMPLES_DIR": str(tmp_path), "INCREMENTS_QUERIES": "examples.queries"})
+    jobs, loaded = out.split(" ", 1)
+    assert int(jobs) >= 6 and loaded == "[]"
 
 
 def test_every_plan_node_type_has_a_builder():

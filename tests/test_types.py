@@ -21,7 +21,7 @@ def test_arrow_to_duckdb_refuses_what_a_schema_cannot_declare():
     assert arrow_to_duckdb(pa.large_string()) == "VARCHAR"
     assert arrow_to_duckdb(pa.timestamp("ns", "UTC")) == "TIMESTAMPTZ"
     with pytest.raises(ValueError, match="cannot be declared"):
-        arrow_to_duckdb(pa.list_(pa.int64()))
+        arrow_to_duckdb(pa.uint64())
 
 
 @pytest.mark.parametrize("arrow, name", [
@@ -48,3 +48,36 @@ def test_state_schema_names_read_back():
         assert duckdb_to_arrow(state_type_name(t)) == t
     assert duckdb_to_arrow("DECIMAL(10,2)") == pa.decimal128(10, 2)
     assert duckdb_to_arrow("STRUCT") is None and duckdb_to_arrow("DECIMAL128(10)") is None   # inferred
+
+
+def test_nested_types_in_spark_and_duckdb_spelling():
+    spark = parse_schema("id BIGINT, e STRUCT<user: STRUCT<id: STRING, `the x` INT>, n INT NOT NULL>, "
+                         "tags ARRAY<STRING>, m MAP<STRING, BIGINT>, grid ARRAY<ARRAY<INT>>, p ARRAY<DECIMAL(10, 2)>")
+    duck = parse_schema('id BIGINT, e STRUCT("user" STRUCT(id VARCHAR, "the x" INTEGER), n INTEGER), tags VARCHAR[], '
+                        "m MAP(VARCHAR, BIGINT), grid INTEGER[][], p DECIMAL(10,2)[]")
+    assert spark == duck
+    assert spark.to_arrow() == pa.schema([
+        ("id", pa.int64()),
+        ("e", pa.struct([("user", pa.struct([("id", pa.string()), ("the x", pa.int32())])), ("n", pa.int32())])),
+        ("tags", pa.list_(pa.string())), ("m", pa.map_(pa.string(), pa.int64())),
+        ("grid", pa.list_(pa.list_(pa.int32()))), ("p", pa.list_(pa.decimal128(10, 2)))])
+    assert parse_schema(spark.to_arrow()) == spark
+    assert parse_schema("e: STRUCT<a: INT>") == parse_schema("e STRUCT<a INT>")
+
+
+def test_nested_state_names_read_back():
+    t = pa.struct([("id", pa.string()), ("tags", pa.list_(pa.int64())), ("m", pa.map_(pa.string(), pa.float64()))])
+    assert state_type_name(t) == 'STRUCT("id" VARCHAR, "tags" BIGINT[], "m" MAP(VARCHAR, DOUBLE))'
+    assert duckdb_to_arrow(state_type_name(t)) == t
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a STRUCT<user STRUCT<id STRING>", "expected , or >"),
+    ("a ARRAY<>", "expected a type name"),
+    ("a MAP<STRING>", "expected ,"),
+    ("a FOO", "unknown type 'FOO'"),
+    ("a STRUCT<b INT> x", "unexpected 'x'"),
+])
+def test_bad_nested_types_are_refused_naming_the_spot(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_schema(text)

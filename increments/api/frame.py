@@ -5,6 +5,7 @@ Every method returns a new frame; nothing runs until `write_stream...start()`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from ..durations import parse_duration_ms
@@ -36,7 +37,7 @@ class StreamFrame:
             raise ValueError("select needs at least one expression")
         if udf.has_udf(*exprs):   # UDF calls: evaluated on Arrow below this step (increments/udf.py)
             return StreamFrame(udf.select(self._node, exprs))
-        return StreamFrame(n.Select(self._node, tuple(str(e) for e in exprs)))
+        return StreamFrame(n.Select(_generator_filter(self._node, exprs), tuple(str(e) for e in exprs)))
 
     def filter(self, condition: str) -> "StreamFrame":
         if udf.has_udf(condition):
@@ -48,7 +49,7 @@ class StreamFrame:
     def with_column(self, name: str, expr: str) -> "StreamFrame":
         if udf.has_udf(expr):
             return StreamFrame(udf.with_column(self._node, name, expr))
-        return StreamFrame(n.WithColumn(self._node, name, expr))
+        return StreamFrame(n.WithColumn(_generator_filter(self._node, (expr,)), name, str(expr)))
 
     withColumn = with_column
 
@@ -78,6 +79,7 @@ class StreamFrame:
         """Declare the event-time column and how late rows may arrive. With
         `late_rows=inc.dead_letter.delta(path)`, every input row a stateful operator drops as late
         is appended to that Delta table (with batch_id, operator, watermark), once per batch."""
+        _top_level("with_watermark", (column,))
         return StreamFrame(n.WithWatermark(self._node, column, parse_duration_ms(delay), late_rows))
 
     withWatermark = with_watermark
@@ -95,6 +97,7 @@ class StreamFrame:
         if not isinstance(expectations, dict) or not expectations:
             raise TypeError("expect_all: pass a non-empty dict {name: SQL condition}")
         for k, v in expectations.items():
+            udf.refuse(v, "an expectation's condition")
             if not isinstance(k, str) or not k.strip() or not isinstance(v, str) or not v.strip():
                 raise TypeError(f"expect: name {k!r} and condition {v!r} must be non-empty strings")
         how = str(on_violation).lower()
@@ -127,11 +130,13 @@ class StreamFrame:
     groupBy = group_by
 
     def drop_duplicates(self, subset: "list[str] | None" = None) -> "StreamFrame":
+        _top_level("drop_duplicates", subset or ())
         return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, False))
 
     dropDuplicates = drop_duplicates
 
     def drop_duplicates_within_watermark(self, subset: "list[str] | None" = None) -> "StreamFrame":
+        _top_level("drop_duplicates_within_watermark", subset or ())
         return StreamFrame(n.Deduplicate(self._node, tuple(subset) if subset else None, True))
 
     def join(self, other: Any, on: Any, how: str = "inner") -> "StreamFrame":
@@ -140,6 +145,7 @@ class StreamFrame:
                "fullouter": "full_outer", "semi": "left_semi", "leftsemi": "left_semi"}.get(how, how)
         if how not in ("inner", "left_outer", "right_outer", "full_outer", "left_semi"):
             raise ValueError(f"join: how={how!r} is not one of inner, left_outer, right_outer, full_outer, left_semi")
+        udf.refuse(on, "a join condition")
         right = other.node if isinstance(other, StreamFrame) else as_static_node(other)
         if isinstance(on, str) and " " not in on.strip() and "=" not in on:
             on = [on]
@@ -184,6 +190,31 @@ class StreamFrame:
         return f"StreamFrame({type(self._node).__name__})"
 
 
+def _top_level(what: str, columns) -> None:
+    """Spark resolves dedup keys and the watermark column among the top-level columns only: a
+    nested field (`e.n`) is refused as the frame is built (UNRESOLVED_COLUMN_AMONG_FIELD_NAMES)."""
+    from ..errors import AnalysisException
+    for c in columns:
+        if isinstance(c, str) and _NESTED_FIELD.fullmatch(c):
+            raise AnalysisException(
+                f"{what}: {c!r} is a nested field; Spark takes only top-level columns here "
+                f"(UNRESOLVED_COLUMN_AMONG_FIELD_NAMES). Make it a column first: "
+                f".with_column({c.rsplit('.', 1)[1]!r}, {c!r}) and use {c.rsplit('.', 1)[1]!r}")
+
+
+def _generator_filter(node: n.Node, exprs: tuple) -> n.Node:
+    """Spark infers `x IS NOT NULL AND size(x) > 0` below an explode / posexplode (not the outer
+    forms) and pushes it below the watermark like any filter (rows without elements never move
+    the watermark) and its IS NOT NULL into a JSON / CSV scan (num_input_rows excludes NULL
+    arrays). The same filter, as a node before the select."""
+    from ..plan.spark_sql import generator_of
+    for e in exprs:
+        gen = generator_of(str(e))
+        if gen is not None and not gen[0].endswith("_outer"):
+            return n.Filter(node, f"{gen[1]} IS NOT NULL AND size({gen[1]}) > 0")
+    return node
+
+
 def _frame_node(other: Any, what: str) -> n.Node:
     if not isinstance(other, StreamFrame):
         raise TypeError(f"{what}: {other!r} is not a frame; union two frames (streams, or a stream and a "
@@ -206,6 +237,9 @@ def _initial_state_node(value: Any, keys: tuple[str, ...]) -> tuple[n.Node, tupl
     return node, init_keys
 
 
+_NESTED_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
@@ -224,7 +258,19 @@ class GroupedFrame:
             if not isinstance(a, AggExpr):
                 raise TypeError(f"agg: {a!r} is not an aggregate; use F.count(), F.sum('x'), ...")
         child, keys = self._frame.node, []
-        for k in self._keys:   # F.window(F.window_time("window"), ...): the event time as a column first
+        # a nested field (`e.user.country`, Spark's groupBy("e.user.country") / F.min("e.n")): computed
+        # as a column first, a key named after its last part (as Spark names it), an aggregate's
+        # input under its own text (the output is then `min(e.n)`, as in Spark)
+        plain = []
+        for k in self._keys:
+            if isinstance(k, str) and _NESTED_FIELD.fullmatch(k):
+                child = n.WithColumn(child, k.rsplit(".", 1)[1], k)
+                k = k.rsplit(".", 1)[1]
+            plain.append(k)
+        for a in aggs:
+            if a.column is not None and _NESTED_FIELD.fullmatch(a.column):
+                child = n.WithColumn(child, a.column, a.column)
+        for k in plain:   # F.window(F.window_time("window"), ...): the event time as a column first
             if isinstance(k, WindowSpec) and window_time_source(k.column) is not None:
                 name = f"window_time({window_time_source(k.column)})"
                 child = n.WithColumn(child, name, k.column)

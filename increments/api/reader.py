@@ -7,15 +7,18 @@ cloud's environment; a streaming source's own options win over the query's
 """
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
+import os
+from typing import TYPE_CHECKING, Any
 
 from .. import storage
 from ..execution.batch_sizing import mark_auto
+from ..options import source_options
 from ..plan import nodes as n
 from .frame import StreamFrame
 from .static import StaticTable, as_static_node  # noqa: F401  (as_static_node: re-exported)
+
+if TYPE_CHECKING:               # pyarrow loads when a table is read, not with the API
+    import pyarrow as pa
 
 
 class _MemoryFrame(StreamFrame):
@@ -33,6 +36,11 @@ def _is_auto(limit: Any) -> bool:
     return isinstance(limit, str) and limit.strip().lower() == "auto"
 
 
+def _given(**kw: Any) -> dict[str, Any]:
+    """The named parameters of a read_stream method that were given (not None), for source_options."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
 def _auto(source: Any, unit: str, attribute: str) -> Any:
     return mark_auto(source, unit, attribute)
 
@@ -41,6 +49,11 @@ class DataStreamReader:
     def files(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
               storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
         from ..sources.files import FileSource
+        options = source_options("files", {**options, **_given(max_files_per_trigger=max_files_per_trigger,
+                                                                storage_options=storage_options)},
+                                 f"read_stream.files({storage.redact_url(os.fspath(path))!r})")
+        max_files_per_trigger = options.pop("max_files_per_trigger", None)
+        storage_options = options.pop("storage_options", None)
         auto = _is_auto(max_files_per_trigger)
         src = FileSource(path, format, schema, None if auto else max_files_per_trigger,
                          storage_options=storage_options, **options)
@@ -59,6 +72,13 @@ class DataStreamReader:
               starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
               fail_on_data_loss: bool = True, **client_config: Any) -> StreamFrame:
         from ..sources.kafka import KafkaSource
+        given = source_options("kafka", {**client_config, **_given(
+            starting_offsets=starting_offsets, max_offsets_per_trigger=max_offsets_per_trigger,
+            fail_on_data_loss=fail_on_data_loss)}, f"read_stream.kafka(topic={topic or topics!r})")
+        starting_offsets = given.pop("starting_offsets", "earliest")
+        max_offsets_per_trigger = given.pop("max_offsets_per_trigger", None)
+        fail_on_data_loss = given.pop("fail_on_data_loss", True)
+        client_config = given
         auto = _is_auto(max_offsets_per_trigger)
         src = KafkaSource(bootstrap_servers, topic=topic, topics=topics, starting_offsets=starting_offsets,
                           max_offsets_per_trigger=None if auto else max_offsets_per_trigger,
@@ -71,6 +91,12 @@ class DataStreamReader:
         """The rows appended to a Delta table; with read_change_feed=True its change data feed
         (sources/delta_changes.py: _change_type, _commit_version, _commit_timestamp; options
         starting_version, max_bytes_per_trigger, fail_on_data_loss)."""
+        kind = "delta_change_feed" if read_change_feed else "delta"
+        options = source_options(kind, {**options, **_given(max_files_per_trigger=max_files_per_trigger,
+                                                             storage_options=storage_options)},
+                                 f"read_stream.delta({storage.redact_url(os.fspath(path))!r})")
+        max_files_per_trigger = options.pop("max_files_per_trigger", None)
+        storage_options = options.pop("storage_options", None)
         auto = _is_auto(max_files_per_trigger)
         if read_change_feed:
             from ..sources.delta_changes import DeltaChangeFeedSource
@@ -89,6 +115,9 @@ class DataStreamReader:
                 **options: Any) -> StreamFrame:
         """The rows appended to an Iceberg table, snapshot by snapshot (sources/iceberg.py)."""
         from ..sources.iceberg import IcebergSource
+        options = source_options("iceberg", {**options, **_given(max_files_per_trigger=max_files_per_trigger)},
+                                 f"read_stream.iceberg({table!r})")
+        max_files_per_trigger = options.pop("max_files_per_trigger", None)
         auto = _is_auto(max_files_per_trigger)
         src = IcebergSource(table, catalog, max_files_per_trigger=None if auto else max_files_per_trigger, **options)
         return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
@@ -104,8 +133,6 @@ class DataStreamReader:
 class DataFrameReader:
     def delta(self, path: str, storage_options: dict[str, Any] | None = None) -> StaticTable:
         """The Delta table at `path`, re-read at its latest version every batch."""
-        import os
-
         path = os.fspath(path)
         storage.check_scheme(path, "read.delta: path")
         storage.remember_secrets(storage_options)
@@ -116,6 +143,7 @@ class DataFrameReader:
             return read_table(path, opts)
 
         def schema():
+            import pyarrow as pa
             from deltalake import DeltaTable
             return pa.schema(DeltaTable(path, storage_options=opts).schema().to_arrow())
         return StaticTable(f"delta[{storage.redact_url(path)}]", load, schema)
@@ -143,6 +171,7 @@ class DataFrameReader:
         src = FileSource(path, format, schema, storage_options=storage_options, **options)
 
         def load():
+            import pyarrow as pa
             tables = [src.decode_at(loc, name) for loc, name in src.static_files()]
             return pa.concat_tables(tables) if tables else src.schema().empty_table()
         return StaticTable(f"files[{storage.redact_url(src.path)}]", load, src.schema)

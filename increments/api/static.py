@@ -9,9 +9,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from ..plan import nodes as n
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 
 class StaticTable:

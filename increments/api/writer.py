@@ -16,15 +16,16 @@ written. Query-level options about where things live:
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import streams
 from ..errors import AnalysisException
-from ..execution.query import StreamingQuery
-from ..execution.runtime import WriterSettings, build_runtime
+from ..execution.settings import WriterSettings
+from ..identifiers import check_query_name
 from ..triggers import Trigger
+
+if TYPE_CHECKING:       # the engine (DuckDB, pyarrow) loads when a query is built or started, not with the writer
+    import pyarrow as pa
 
 
 class DataStreamWriter:
@@ -68,8 +69,9 @@ class DataStreamWriter:
         return w
 
     def query_name(self, name: str) -> "DataStreamWriter":
+        """The query's name: letters, digits, '_' and '-' (increments/identifiers.py), refused here otherwise."""
         w = self._copy()
-        w._s.query_name = name
+        w._s.query_name = check_query_name(name)
         return w
 
     queryName = query_name
@@ -130,6 +132,7 @@ class DataStreamWriter:
 
     def build(self, path: str | None = None, staging: str = "memory"):
         """Compile and open the query without running it (the Dagster definitions use this)."""
+        from ..execution.runtime import build_runtime
         s = copy.copy(self._s)
         if path is not None:
             s.path = path
@@ -142,5 +145,6 @@ class DataStreamWriter:
         name = self._s.query_name
         if name and any(q.name == name and q.is_active for q in streams.active.values()):
             raise AnalysisException(f"a query named {name!r} is already active in this process; stop it first")
+        from ..execution.query import StreamingQuery
         rt = self.build(path)
         return StreamingQuery(rt, self._s.trigger).start()

@@ -216,6 +216,10 @@ def open_checkpoint(loc: Location, name: str | None, conf: dict[str, Any], log_u
                 errno.ENOSPC, f"query {name!r}: the checkpoint location {loc.url} cannot be written: the disk is full "
                               f"(ENOSPC: {what}). Free space on that disk, or start the query on a checkpoint "
                               "location on another disk.") from e
+        from ..storage.remote import no_such_bucket
+        missing = no_such_bucket(str(e))
+        if missing:          # the checkpoint's bucket or the sink's (its table is looked up here too)
+            raise CheckpointAccessError(f"query {name!r}: {missing}") from e
         raise CheckpointAccessError(
             f"query {name!r}: the checkpoint location {loc.url} cannot be created, read or written: {what}. Use a "
             "location this process can write (a directory it may create, or a bucket prefix its credentials may "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -102,9 +103,30 @@ def create_metadata(loc: Location, name: str | None, query_id: str | None = None
     return meta
 
 
+_FILE_SOURCE = re.compile(r"^FileStreamSource\[(.*)\]$")
+
+
+def upgraded_conf(fixed: dict[str, Any]) -> dict[str, Any]:
+    """The fixed conf as this release writes it, for comparison: a file source's path recorded as
+    given by an earlier release (relative, "./in", a trailing slash) is made absolute and normalized
+    (relative to the working directory of this start) as FileSource records it now. conf.json is
+    not rewritten."""
+    plan = fixed.get("plan")
+    if not isinstance(plan, dict) or not isinstance(plan.get("sources"), list):
+        return fixed
+    from ..sources.files import normalized_path     # noqa: PLC0415 - checkpoint/ is below sources/
+    sources = []
+    for s in plan["sources"]:
+        m = _FILE_SOURCE.match(s) if isinstance(s, str) else None
+        sources.append(f"FileStreamSource[{normalized_path(m.group(1))}]" if m else s)
+    return {**fixed, "plan": {**plan, "sources": sources}}
+
+
 def check_conf(loc: Location, who: str, fixed: dict[str, Any], conf: dict[str, Any]) -> None:
     """IncompatibleCheckpointError when a key of `conf` has another value in the fixed conf; the
-    plan fingerprint ("plan") is compared part by part, naming what differs."""
+    plan fingerprint ("plan") is compared part by part, naming what differs (the fixed conf as
+    upgraded_conf reads it)."""
+    fixed = upgraded_conf(fixed)
     changed = [(k, fixed[k], v) for k, v in conf.items() if k in fixed and fixed[k] != v and k != INFORMATIONAL]
     if not changed:
         return

@@ -25,7 +25,7 @@ launch overhead, so the size is the same under every runner.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from ..durations import parse_duration_ms
 
@@ -42,11 +42,9 @@ def mark_auto(source: Any, unit: str, attribute: str) -> Any:
     return source
 
 
-def target_ms(options: dict[str, Any]) -> int:
-    ms = parse_duration_ms(options.get("target_batch_duration", DEFAULT_TARGET))
-    if ms <= 0:
-        raise ValueError("target_batch_duration must be positive")
-    return ms
+def target_ms(options: Mapping[str, Any]) -> int:
+    """The option target_batch_duration in ms (an increments.options.Options: checked positive there)."""
+    return parse_duration_ms(options["target_batch_duration"] or DEFAULT_TARGET)
 
 
 def next_size(unit: str, prev: int | None, duration_ms: int | None, target: int, full: bool = True) -> int:
@@ -75,7 +73,7 @@ def plan_sizes(rt: Any, last_off: Any, last_commit: Any) -> dict[str, int]:
     auto = [(i, s) for i, s in enumerate(rt.sources) if getattr(s, "auto_batch", None)]
     if not auto:
         return {}
-    target = target_ms(rt.settings.options)
+    target = target_ms(rt.options)
     prev_sizes = (last_off.conf or {}).get("batch_size", {}) if last_off is not None else {}
     done = last_commit is not None and last_off is not None and last_commit.batch_id == last_off.batch_id
     duration = sum((last_commit.durations_ms or {}).values()) if done else None

@@ -14,10 +14,12 @@ from ..checkpoint.identity import open_checkpoint
 from ..checkpoint.log import BatchLog
 from ..checkpoint.metadata import CheckpointMetadata
 from ..errors import AnalysisException
+from ..options import Options, writer_options
 from ..plan.compiler import CompiledPlan, Compiler
 from ..redaction import logger as redacting_logger
 from ..sinks.base import Sink, SinkContext
 from ..triggers import Trigger
+from .settings import WriterSettings  # noqa: F401  (defined there: the writer API imports it without the engine)
 from .staging import DiskStaging, MemoryStaging
 from .state_manager import StateManager
 
@@ -27,22 +29,6 @@ if TYPE_CHECKING:
     from ..api.frame import StreamFrame
     from ..plan.nodes import Node
     from ..sources.base import Source
-
-DEFAULT_STATE_PARTITIONS = 4
-
-
-@dataclass
-class WriterSettings:
-    format: str = "memory"
-    output_mode: str = "append"
-    options: dict[str, Any] = field(default_factory=dict)
-    checkpoint: str | None = None
-    query_name: str | None = None
-    trigger: Trigger = field(default_factory=lambda: Trigger("processing_time", 0))
-    foreach_batch: Callable[[pa.Table, int], Any] | None = None
-    path: str | None = None
-    sink: Sink | None = None
-    apply_changes: Any = None           # operators.apply_changes.ApplyChangesSpec (write_stream.apply_changes)
 
 
 @dataclass
@@ -71,8 +57,13 @@ class QueryRuntime:
         return self.settings.output_mode
 
     @property
+    def options(self) -> Options:
+        """The writer's options, checked and typed (increments/options.py)."""
+        return writer_options(self.settings)
+
+    @property
     def watermark_policy(self) -> str:
-        return str(self.settings.options.get("multiple_watermark_policy", "min")).lower()
+        return self.options["multiple_watermark_policy"]
 
     def where(self, batch_id: int | None = None, step: str | None = None) -> str:
         s = f"query {self.name!r} (id {self.query_id})"
@@ -94,10 +85,6 @@ class QueryRuntime:
         self.log.close()
 
 
-def _bool(v: Any) -> bool:
-    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
-
-
 def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "memory") -> QueryRuntime:
     """Compile the query, open (or create) its checkpoint and log, attach sources and sink.
 
@@ -110,10 +97,10 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
     """
     from .. import storage
     from ..checkpoint.log import resolve_log_url
-    opts = settings.options
-    storage_options = dict(opts.get("storage_options") or {})
+    opts = writer_options(settings)      # unknown keys and wrong types refused before anything is opened
+    storage_options = dict(opts["storage_options"] or {})
     storage.remember_secrets(storage_options)
-    checkpoint_url = settings.checkpoint or opts.get("checkpoint_location") or opts.get("checkpointLocation")
+    checkpoint_url = settings.checkpoint or opts["checkpoint_location"]
     if not checkpoint_url:
         if settings.format in ("memory", "console"):
             import tempfile
@@ -122,7 +109,7 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
             raise AnalysisException("checkpoint_location(path) is required for this sink: the checkpoint holds the "
                                     "query id, the seen-files log and the state")
     storage.check_scheme(os.fspath(checkpoint_url), "checkpoint location")
-    sink_path = settings.path or opts.get("path")
+    sink_path = settings.path or opts["path"]
     if sink_path and settings.sink is None and settings.foreach_batch is None:
         storage.check_scheme(os.fspath(sink_path), "sink path")
     checkpoint = storage.location(checkpoint_url, storage_options)
@@ -131,11 +118,12 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
         raise AnalysisException(f"the checkpoint {checkpoint.url} was retired by `increments migrate`: its sink "
                                 f"{r.get('sink')} now holds the result of the query on the checkpoint {r.get('to')}; "
                                 f"run the query with checkpoint_location({r.get('to')!r})")
-    log_url = resolve_log_url(opts.get("log_url"), checkpoint)
+    log_url = resolve_log_url(opts["log_url"], checkpoint)
     plan, sink, conf = start_conf(frame, settings, storage_options)
     provider, partitions = conf["state_store"], conf["state_partitions"]
-    changelog = _bool(opts.get("changelog_checkpointing", provider == "rocksdb"))
-    name = settings.query_name or opts.get("query_name")
+    changelog = opts["changelog_checkpointing"]
+    changelog = provider == "rocksdb" if changelog is None else changelog
+    name = settings.query_name or opts["query_name"]
     key_columns = next((list(op.key_columns) for op in plan.root.walk() if op.key_columns), [])
 
     def locate(batch_id: int, needles: list[bytes]) -> str | None:
@@ -160,9 +148,9 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
     sink.open(sink_context(meta.query_id))
     warn_foreign_output(sink, meta.query_id, name, log)
     for i, src in enumerate(plan.sources):
-        src.local_dir = opts.get("local_dir")
+        src.local_dir = opts["local_dir"]
         src.open(checkpoint, i, name, storage_options)
-    state = StateManager(checkpoint, provider, partitions, changelog, opts.get("local_dir"))
+    state = StateManager(checkpoint, provider, partitions, changelog, opts["local_dir"])
     rt = QueryRuntime(name, meta, log, plan, sink, settings, MemoryStaging(), state)
     if staging == "disk":
         rt.staging = DiskStaging(checkpoint.child("staging"), lambda: rt.run_id)
@@ -187,7 +175,7 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
     """The compiled plan, the (unopened) sink and the conf a start fixes in, or compares with, the
     checkpoint; nothing is read from or written to the checkpoint (`increments check` uses this)."""
     from .sink_factory import make_sink
-    opts = settings.options
+    opts = writer_options(settings)
     # the sources get the query's storage_options before the plan is compiled: compiling asks a
     # Delta source (or a Parquet file source without a schema) for its schema, on the store
     node = frame.node
@@ -198,15 +186,14 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
                                     "the rows the query appends (use the default, append)")
         node = n.ApplyChanges(node, settings.apply_changes)
     plan = Compiler(settings.output_mode, opts).compile(_with_own_sources(node, storage_options))
-    provider = str(opts.get("state_store", "rocksdb")).lower()
-    if provider not in ("rocksdb", "memory"):
-        raise AnalysisException(f"option state_store={provider!r}: use 'rocksdb' or 'memory'")
-    partitions = int(opts.get("state_partitions", DEFAULT_STATE_PARTITIONS))
-    if partitions < 1:
-        raise AnalysisException("option state_partitions must be >= 1")
+    provider = opts["state_store"]                 # 'rocksdb' or 'memory' (checked by writer_options)
+    partitions = opts["state_partitions"]          # >= 1
     conf: dict[str, Any] = {"state_store": provider, "state_partitions": partitions}
     for op in plan.stateful_ops:
         conf[f"state_schema[{op.operator_id}:{op.operator_name}]"] = op.state_schema()
+        functions = op.state_functions()
+        if functions:   # a key older checkpoints lack: not compared then, and recorded (metadata.open)
+            conf[f"state_functions[{op.operator_id}:{op.operator_name}]"] = functions
     sink = settings.sink or make_sink(settings)
     if settings.output_mode not in sink.supported_modes:
         raise AnalysisException(f"{sink.description} supports output modes {sink.supported_modes}, not "

@@ -1,14 +1,15 @@
-"""format(...) name -> Sink instance."""
+"""format(...) name -> Sink instance (its options checked by increments/options.py first)."""
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import AnalysisException
+from ..options import Options, writer_options
 
 
 def make_sink(settings: Any):
     fmt = (settings.format or "").lower()
-    opts = settings.options
+    opts = writer_options(settings)
     if settings.apply_changes is not None:
         return _auto_cdc_sink(settings, fmt, opts)
     if settings.foreach_batch is not None:
@@ -16,23 +17,22 @@ def make_sink(settings: Any):
         return ForeachBatchSink(settings.foreach_batch)
     if fmt == "memory":
         from ..sinks.memory import MemorySink
-        return MemorySink(settings.query_name or opts.get("query_name"))
+        return MemorySink(settings.query_name or opts["query_name"])
     if fmt == "console":
         from ..sinks.console import ConsoleSink
-        return ConsoleSink(int(opts.get("num_rows", opts.get("numRows", 20))),
-                           str(opts.get("truncate", "true")).lower() != "false")
+        return ConsoleSink(opts["num_rows"], opts["truncate"])
     if fmt == "parquet":
         from ..sinks.parquet import ParquetSink
-        return ParquetSink(settings.path or opts.get("path"))
+        return ParquetSink(settings.path or opts["path"])
     if fmt == "delta":
         from ..sinks.delta import DeltaSink
-        return DeltaSink(settings.path or opts.get("path"), opts)
+        return DeltaSink(settings.path or opts["path"], opts)
     if fmt in ("postgres", "postgresql"):
         from ..sinks.postgres import PostgresSink
         return PostgresSink(opts)
     if fmt == "iceberg":
         from ..sinks.iceberg import IcebergSink
-        return IcebergSink(settings.path or opts.get("path") or opts.get("table"), opts)
+        return IcebergSink(settings.path or opts["path"] or opts["table"], opts)
     if fmt == "kafka":
         from ..sinks.kafka import KafkaSink
         return KafkaSink(opts)
@@ -40,7 +40,7 @@ def make_sink(settings: Any):
                             "console or foreach_batch(fn)")
 
 
-def _auto_cdc_sink(settings: Any, fmt: str, opts: dict):
+def _auto_cdc_sink(settings: Any, fmt: str, opts: Options):
     """write_stream.apply_changes(...): the AUTO CDC sinks (Delta, PostgreSQL)."""
     spec = settings.apply_changes
     if settings.foreach_batch is not None or settings.sink is not None or fmt not in ("delta", "postgres", "postgresql"):
@@ -48,6 +48,6 @@ def _auto_cdc_sink(settings: Any, fmt: str, opts: dict):
                                 f"{'foreach_batch' if settings.foreach_batch else settings.format!r}")
     if fmt == "delta":
         from ..sinks.auto_cdc import AutoCdcDeltaSink
-        return AutoCdcDeltaSink(settings.path or opts.get("path"), opts, spec.stored_as_scd_type, list(spec.keys))
+        return AutoCdcDeltaSink(settings.path or opts["path"], opts, spec.stored_as_scd_type, list(spec.keys))
     from ..sinks.auto_cdc_postgres import AutoCdcPostgresSink
     return AutoCdcPostgresSink(opts, spec.stored_as_scd_type, list(spec.keys))

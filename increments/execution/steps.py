@@ -40,6 +40,7 @@ from ..operators.expectations import declared
 from ..redaction import logger as redacting_logger
 from ..watermark import next_watermarks
 from .runtime import QueryRuntime
+from .lineage import source_lineage
 from .step_results import ProcessResult, ReadResult, SourceRead, WriteResult
 
 log = redacting_logger("increments.batch")
@@ -201,7 +202,9 @@ def read_batch(rt: QueryRuntime, plan: BatchPlan) -> ReadResult:
         else:
             table = src.read(s, en)
         rt.staging.put_table(e.batch_id, f"input_{i}", table)
-        sources.append(SourceRead(_scan_rows(rt, i, table), dict(getattr(src, "read_metrics", None) or {})))
+        metrics = dict(getattr(src, "read_metrics", None) or {})
+        metrics["lineage"] = source_lineage(src, s, en)       # what it read, for lineage (execution/lineage.py)
+        sources.append(SourceRead(_scan_rows(rt, i, table), metrics))
     info = ReadResult(sources, _ms(t0))
     rt.staging.put_json(e.batch_id, ReadResult.NAME, info.to_json())
     rt.emit("on_batch_step", e.batch_id, "read")

@@ -16,8 +16,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 from .. import storage
-from ..checkpoint.metadata import _read_conf, read_metadata
+from ..checkpoint.metadata import _read_conf, read_metadata, upgraded_conf
+from ..errors import IncrementsError
 from ..execution.runtime import start_conf
+from ..options import writer_options
 from ..sinks.delta import open_table, schema_difference
 
 SPARK_DOC = "Spark: Structured Streaming guide, 'Recovery Semantics after Changes in a Streaming Query'"
@@ -89,7 +91,10 @@ def load_writer(target: str) -> tuple[Any, str | None]:
 
 
 def _call(fn: Callable) -> tuple[Any, str | None]:
-    writer = fn()
+    try:
+        writer = fn()
+    except IncrementsError as e:        # e.g. a source's unknown keyword option (increments/options.py)
+        raise SystemExit(f"increments check: {getattr(fn, '__name__', fn)}() does not define a query: {e}") from None
     if not hasattr(writer, "settings") or not hasattr(writer, "frame"):
         raise SystemExit(f"increments check: {fn!r} returned {type(writer).__name__}, not a write_stream writer "
                          "(return the writer, without calling start)")
@@ -102,9 +107,10 @@ def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
     s = dataclasses.replace(writer.settings, options=dict(writer.settings.options))
     if path is not None and not s.path:
         s.path = path
-    opts = {**(s.options.get("storage_options") or {}), **(storage_options or {})}
+    o = writer_options(s)     # unknown or mistyped options, a sink without its path: refused, named
+    opts = {**(o["storage_options"] or {}), **(storage_options or {})}
     storage.remember_secrets(opts)
-    chk = checkpoint or s.checkpoint or s.options.get("checkpoint_location")
+    chk = checkpoint or s.checkpoint or o["checkpoint_location"]
     if not chk:
         raise SystemExit("increments check: the query has no checkpoint_location; pass --checkpoint")
     loc = storage.location(chk, opts)
@@ -118,7 +124,7 @@ def check(writer: Any, path: str | None = None, checkpoint: str | None = None,
         return Report(name, loc.url, [Finding(False, f"{loc.join('conf.json')} is missing: nothing to compare with",
                                               "the start restores it from the log's identity row and compares then; "
                                               "restore conf.json from a backup, or start the query once")])
-    findings = compare(fixed, _as_stored(conf))
+    findings = compare(upgraded_conf(fixed), _as_stored(conf))
     findings += _sink_schema(sink, plan, s.output_mode, opts)
     if not all(f.safe for f in findings):
         findings = [f for f in findings if not f.safe]
@@ -176,7 +182,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
     out += _udfs(old.get("udfs") or [], new.get("udfs") or [])
     known = {"state_store", "state_partitions", "plan", "watermark_columns", "udfs"}
     for k in sorted(set(old) & set(new)):
-        if k not in known and not k.startswith("state_schema[") and old[k] != new[k]:
+        if k not in known and not k.startswith(("state_schema[", "state_functions[")) and old[k] != new[k]:
             out.append(Finding(False, f"{k} changed: {old[k]!r} -> {new[k]!r}",
                                "fixed in the checkpoint's conf at the first run"))
     if not [f for f in out if not f.safe]:
@@ -270,9 +276,49 @@ def _stateful(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
                                                       "the schema of a stateful operator's state must stay (Spark)"))
                 out.append(Finding(False, f"operator {op}: {what}: {_short(o.get(part))} -> {_short(n.get(part))}",
                                    rule))
+    out += _functions(old, new, os_, ns_)
     ops_old = (old.get("plan") or {}).get("stateful_operators") or []
     ops_new = (new.get("plan") or {}).get("stateful_operators") or []
     if ops_old != ops_new and not out:
         out.append(Finding(False, f"stateful operators changed: {ops_old} -> {ops_new}",
                            "changes in stateful operations (their keys) are not allowed (Spark)"))
+    return out
+
+
+def _functions(old: dict[str, Any], new: dict[str, Any], os_: dict[str, Any], ns_: dict[str, Any]) -> list[Finding]:
+    """What each stateful operator computes (`state_functions[...]`: aggregates with their inputs, a
+    join's condition, apply_changes' sequence_by), compared when both confs have it. A checkpoint written before this was
+    recorded has none: nothing to compare with (the start records this query's, a later change is
+    caught), said as a note."""
+    out = []
+    of = {k[len("state_functions["):-1]: v for k, v in old.items() if k.startswith("state_functions[")}
+    nf = {k[len("state_functions["):-1]: v for k, v in new.items() if k.startswith("state_functions[")}
+    for op in sorted(set(of) & set(nf)):
+        if of[op] == nf[op]:
+            continue
+        if op.endswith(":symmetricHashJoin"):
+            out.append(Finding(False, f"operator {op}: join condition changed: {of[op]} -> {nf[op]}",
+                               "changes in the join condition of a stream-stream join are not allowed: the "
+                               "state keeps rows for the old condition's time bound (Spark)"))
+            continue
+        if op.endswith(":applyChanges"):
+            out.append(Finding(False, f"operator {op}: sequencing changed: {of[op]} -> {nf[op]}",
+                               "the state orders each key's changes by the sequence_by columns; changing them is not "
+                               "allowed (the stored sequence values are of the old columns)"))
+            continue
+        what = [f"{a} -> {b}" for a, b in zip(of[op], nf[op]) if a != b]
+        if len(of[op]) != len(nf[op]):
+            what = [f"{of[op]} -> {nf[op]}"]
+        out.append(Finding(False, f"operator {op}: aggregate changed: {'; '.join(what)}",
+                           "changes in the aggregates of a stateful operation are not allowed: the state holds "
+                           "partial values of the old functions and inputs, even when their schema stays the same "
+                           "(Spark: the aggregate functions must stay)"))
+    missing = sorted(op for op in nf if op not in of and op in os_ and op in ns_)
+    if missing:
+        out.append(Finding(True, f"the checkpoint predates recording the aggregate functions of operator(s) "
+                                 f"{', '.join(missing)}: they cannot be compared; the next start records "
+                                 f"{'; '.join(str(nf[op]) for op in missing)}",
+                           "keep the aggregates the checkpoint was written with: a change of function with the same "
+                           "state schema (min -> max) is not detected on such a checkpoint until one start recorded "
+                           "them"))
     return out

@@ -65,6 +65,7 @@ from ..checkpoint.log import open_log
 from ..checkpoint.metadata import _read_conf, read_metadata
 from ..errors import AnalysisException, DataLossError
 from ..execution.runtime import start_conf
+from ..options import writer_options
 from ..plan import nodes as n
 from ..sinks.delta import open_table
 from ..sources.base import Source
@@ -237,7 +238,8 @@ def plan_backfill(writer: Any, sink_path: str, opts: dict[str, Any], query: str)
     from .migrate import _sink_fingerprint
     s = writer.settings
     shown = storage.redact_url(sink_path)
-    old = s.checkpoint or s.options.get("checkpoint_location")
+    o = writer_options(s, required=False)
+    old = s.checkpoint or o["checkpoint_location"]
     if not old:
         raise refusal(query, shown, "the query names no (old) checkpoint_location, so the old query's offsets "
                                     "are unknown")
@@ -277,7 +279,7 @@ def plan_backfill(writer: Any, sink_path: str, opts: dict[str, Any], query: str)
                        "in the source")
     if bad:
         raise refusal(query, shown, "; ".join(bad))
-    log = open_log(s.options.get("log_url"), old_loc, meta["id"], s.query_name or meta["id"])
+    log = open_log(o["log_url"], old_loc, meta["id"], s.query_name or meta["id"])
     last = log.latest_commit()
     if last is None:
         raise refusal(query, shown, f"the old checkpoint {old_loc.url} has no committed batch")

@@ -39,6 +39,7 @@ from ..checkpoint.log import open_log
 from ..checkpoint.metadata import _read_conf, read_metadata
 from ..errors import AnalysisException
 from ..execution.runtime import start_conf
+from ..options import writer_options
 from ..plan import nodes as n
 from ..sinks.delta import commit_properties, open_table, read_table
 from .from_sink import _key, backfill_writer, check_rows, plan_backfill
@@ -143,7 +144,7 @@ def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str,
         report("rows check skipped (sink_check=False): the old table is taken as the source's rows unchanged")
     r = len(rounds)
     rounds.append(_drain(backfill_writer(drain, bf), staging_table, r, "sink"))
-    end = (_committed_end(drain.settings.options.get("log_url"), new_loc) or {}).get("0")
+    end = (_committed_end(writer_options(drain.settings, required=False)["log_url"], new_loc) or {}).get("0")
     rounds[-1]["caught_up"] = False
     report(f"drain {r}: backfill from the old table {bf.table} (versions up to {max(bf.versions.values())}, the old "
            f"query's batches 0..{bf.batches[-1].batch_id}): {rounds[-1]['batches']} batches, "
@@ -207,12 +208,13 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
     if (s.format or "").lower() != "delta" or s.foreach_batch is not None or s.sink is not None:
         raise AnalysisException(f"increments migrate switches over a Delta sink; this query writes format "
                                 f"{s.format!r}: run the changed query on a new checkpoint and a new sink instead")
-    sink_path = path or s.path or s.options.get("path")
+    o = writer_options(s, required=False)
+    sink_path = path or s.path or o["path"]
     if not sink_path:
         raise AnalysisException("increments migrate: the query has no sink path")
     sink_path = os.fspath(sink_path)
-    opts = dict(s.options.get("storage_options") or {})
-    old = s.checkpoint or s.options.get("checkpoint_location")
+    opts = dict(o["storage_options"] or {})
+    old = s.checkpoint or o["checkpoint_location"]
     new_loc = storage.location(to_checkpoint, opts)
     if old and storage.location(old, opts).url == new_loc.url:
         raise AnalysisException(f"increments migrate: --to {new_loc.url} is the query's current checkpoint; "
@@ -232,8 +234,8 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
         report(f"drain {r}: {rounds[-1]['batches']} batches, {rounds[-1]['input_rows']} input rows")
         if on_round is not None:
             on_round(rounds[-1])
-        old_end = _committed_end(s.options.get("log_url"), storage.location(old, opts)) if old else None
-        behind = _behind(_committed_end(s.options.get("log_url"), new_loc), old_end)
+        old_end = _committed_end(o["log_url"], storage.location(old, opts)) if old else None
+        behind = _behind(_committed_end(o["log_url"], new_loc), old_end)
         rounds[-1]["caught_up"] = not behind
         if not behind:
             report(f"drain {r}: caught up with the old query's last committed offsets {_json(old_end)}")
@@ -248,7 +250,7 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
                                 "still retained")
     meta = read_metadata(new_loc)
     assert meta is not None
-    log = open_log(s.options.get("log_url"), new_loc, meta["id"], s.query_name or meta["id"])
+    log = open_log(o["log_url"], new_loc, meta["id"], s.query_name or meta["id"])
     last = log.latest_commit()
     last_id = last.batch_id if last is not None else None
     from deltalake import write_deltalake

@@ -24,7 +24,9 @@ import pyarrow.compute as pc
 from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr
 from ..sql import quote_ident, run_sql
+from ..nested_order import is_nested, least_sql, min_max_sql
 from ..types import arrow_to_duckdb, state_type_name
+from .key_codec import _has_map
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -66,11 +68,20 @@ class Accumulators:
                     self.accs.append((name + ".count", pa.int64(), f"count({c})", "add"))
                 self.out_fields.append(pa.field(name, st))
             elif a.func in ("min", "max"):
-                self.accs.append((name, t, f"{a.func}({c})", a.func))
+                if _has_map(t):
+                    raise AnalysisException(
+                        f"{where}: {a.func}({a.column!r}): a MAP column has no order, so Spark refuses it "
+                        "(DATATYPE_MISMATCH.INVALID_ORDERING_TYPE); take the min/max of one of its values instead")
+                # Spark's order also for STRUCT / list values (NULL parts first: nested_order.py)
+                self.accs.append((name, t, min_max_sql(a.func, c, t), a.func))
                 self.out_fields.append(pa.field(name, t))
             else:
                 self.accs.append((name, t, f"{a.func}({c} ORDER BY __rn)", a.func))
                 self.out_fields.append(pa.field(name, t))
+
+    def functions(self) -> list[str]:
+        """Each aggregate as `func(input) AS name` (PhysicalOp.state_functions)."""
+        return [f"{a.func}({a.column if a.column is not None else '*'}) AS {a.output_name}" for a in self.aggs]
 
     @property
     def types(self) -> list[pa.DataType]:
@@ -90,11 +101,11 @@ class Accumulators:
         if fast is not None:
             return fast
         exprs = []
-        for i, (_, _, _, kind) in enumerate(self.accs):
+        for i, (_, t, _, kind) in enumerate(self.accs):
             a, o = f"__a{i}", f"__o{i}"
             e = {"add": f"coalesce({o}, 0) + {a}",
                  "sum": f"CASE WHEN {o} IS NULL THEN {a} WHEN {a} IS NULL THEN {o} ELSE {o} + {a} END",
-                 "min": f"least({o}, {a})", "max": f"greatest({o}, {a})",
+                 "min": least_sql("min", o, a, t), "max": least_sql("max", o, a, t),
                  "first": f"CASE WHEN __existed THEN {o} ELSE {a} END", "last": a}[kind]
             exprs.append(f"{e} AS __a{i}")
         out = run_sql(f"SELECT {', '.join(exprs)} FROM __m", {"__m": pa.table(cols)})
@@ -150,6 +161,8 @@ class Accumulators:
         try:
             for i, (_, t, _, kind) in enumerate(self.accs):
                 a, o = cols[f"__a{i}"], cols[f"__o{i}"]
+                if kind in ("min", "max") and is_nested(t):
+                    return None          # Spark's nested order: the SQL (nested_order.py)
                 if kind == "add":
                     m = pc.add(pc.fill_null(o, 0), a)
                 elif kind == "sum":

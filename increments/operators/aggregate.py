@@ -109,6 +109,9 @@ class WindowAggregateOp(PhysicalOp):
         cs = self.children[0].schema
         return self._time_fields() + [(k, state_type_name(cs.field(k).type)) for k in self.store_plain]
 
+    def state_functions(self) -> list[str]:
+        return self.acc.functions()
+
     def state_schema(self) -> dict[str, Any]:
         w = self.window
         return {"key": self.key_fields(), "value": self.acc.value_fields(),
@@ -393,12 +396,27 @@ class WindowAggregateOp(PhysicalOp):
         return pa.Table.from_arrays(cols, schema=self.schema)
 
 
+def normalize_map_keys(child: PhysicalOp, keys: list[str]) -> PhysicalOp:
+    """A MAP grouping key is a group per distinct map whatever its entries' order (Spark 4 sorts
+    the entries to group by a map): its entries sorted by key first, as one more SQL stage."""
+    maps = [k for k in keys if k in child.schema.names and pa.types.is_map(child.schema.field(k).type)]
+    if not maps:
+        return child
+    from .stateless import SqlOp
+    repl = ", ".join(f"map_from_entries(list_sort(map_entries({quote_ident(k)}))) AS {quote_ident(k)}" for k in maps)
+    op = SqlOp(child, [lambda rel: f"SELECT * REPLACE ({repl}) FROM {rel} AS __in"], child.schema,
+               [f"SortMapKeys[{', '.join(maps)}]"])
+    op.event_time_cols = dict(child.event_time_cols)
+    op.qualifiers, op.alias = child.qualifiers, child.alias
+    return op
+
+
 def build_aggregate(compiler: Any, node: n.Aggregate) -> PhysicalOp:
     validate.check_node(node, compiler.output_mode)
     if any(isinstance(k, SessionWindowSpec) for k in node.keys):
         return build_session_window(compiler, node)
     node = window_over_windows(compiler, node)
-    child = compiler.build(node.child)
+    child = normalize_map_keys(compiler.build(node.child), [k for k in node.keys if isinstance(k, str)])
     mode = compiler.output_mode
     op = WindowAggregateOp(child, node.keys, node.aggs, mode)
     if mode == "append" and not op.watermarked:

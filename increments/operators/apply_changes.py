@@ -155,6 +155,11 @@ class ApplyChangesOp(PhysicalOp):
             return [(c, state_type_name(cs.field(c).type)) for c in self.seq] + meta
         return meta + [(c, state_type_name(cs.field(c).type)) for c in self.target if c not in self.keys]
 
+    def state_functions(self) -> list[str]:
+        """The sequencing columns: the state orders each key's changes by them (SCD type 2 does not
+        store them in its value schema, so a changed sequence_by would otherwise go unseen)."""
+        return [f"sequence_by: {', '.join(self.seq)}"]
+
     def state_schema(self) -> dict[str, Any]:
         return {"key": self.key_fields(), "value": self.value_fields(), "scd_type": self.spec.stored_as_scd_type,
                 "num_keys": len(self.keys)}

@@ -161,6 +161,13 @@ class PhysicalOp:
         """Key and value fields of this operator's state (for the checkpoint's compatibility check)."""
         return None
 
+    def state_functions(self) -> list[str] | None:
+        """What this operator computes into its state, beyond its state schema: each aggregate's
+        function and input (`min(amount) AS m`), a join's condition. Recorded in the checkpoint's
+        conf (`state_functions[<id>:<name>]`) and fixed there: min -> max keeps the schema but
+        not the meaning of the stored values. None: nothing beyond the schema."""
+        return None
+
     def columns_read(self, needed: set[str] | None) -> set[str] | None:
         """The input columns this operator reads, given the columns needed of its output (None:
         all of them); None means every input column (the default). Only single-input operators

@@ -33,7 +33,7 @@ from ..redaction import logger as redacting_logger
 from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
-from .key_codec import columns_pylist, encode_rows, time_bound
+from .key_codec import columns_pylist, encode_rows, time_bound, refuse_map_keys
 from .partitioning import partition_sql, split_by_partition
 from .state_util import side_stores, write_schema_once
 
@@ -50,6 +50,7 @@ class DeduplicateOp(PhysicalOp):
         for c in self.subset:
             if c not in cs.names:
                 raise AnalysisException(f"drop_duplicates: no column {c!r} (columns: {cs.names})")
+        refuse_map_keys("drop_duplicates", cs, self.subset)
         self.within = within_watermark
         wm = child.event_time_cols
         self.event_col = next(iter(wm), None)          # the watermarked column of the input

@@ -187,6 +187,10 @@ class StreamStreamJoinOp(PhysicalOp):
                 "left": [[f.name, str(f.type)] for f in self.ls.schema],
                 "right": [[f.name, str(f.type)] for f in self.rs.schema]}
 
+    def state_functions(self) -> list[str]:
+        """The join condition (its time bound decides what the state keeps), spaces normalized."""
+        return [f"condition: {' '.join(str(self.spec.condition).split())}"]
+
     def describe(self) -> str:
         return f"StreamingSymmetricHashJoin[{self.how}, {self.spec.condition}]"
 

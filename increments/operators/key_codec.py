@@ -53,3 +53,29 @@ def us_to_ts(arr: pa.Array, t: pa.DataType = pa.timestamp("us", tz="UTC")) -> pa
 
 def window_struct(start_us: pa.Array, end_us: pa.Array) -> pa.StructArray:
     return pa.StructArray.from_arrays([us_to_ts(start_us), us_to_ts(end_us)], names=["start", "end"])
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+def refuse_map_keys(where: str, schema: pa.Schema, columns) -> None:
+    """AnalysisException when a dedup (or transform_with_state) key column is (or holds) a MAP: Spark
+    refuses dropDuplicates on one (UNSUPPORTED_FEATURE.SET_OPERATION_ON_MAP_TYPE). STRUCT and list
+    keys are fine (encode_key orders them field by field / element by element); a MAP grouping key
+    of an aggregation is accepted, its entries sorted first (aggregate.normalize_map_keys), as Spark 4
+    groups by maps."""
+    from ..errors import AnalysisException
+    from ..types import state_type_name
+    for c in columns:
+        if c in schema.names and _has_map(schema.field(c).type):
+            raise AnalysisException(
+                f"{where}: the column {c!r} ({state_type_name(schema.field(c).type)}) cannot be a key: Spark refuses "
+                "a MAP column there (UNSUPPORTED_FEATURE.SET_OPERATION_ON_MAP_TYPE). Use one of its values "
+                f"instead, e.g. with_column('k', \"{c}['key']\"), or leave the map out of the subset")

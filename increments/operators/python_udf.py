@@ -1,8 +1,9 @@
 """Python UDFs evaluated on Arrow between DuckDB stages (increments/udf.py plans them).
 
-UdfEval(child, udfs, tokens, arities, displays): the child carries each UDF's argument columns
-`<token>_a<j>` (computed by the SQL stage below); UdfOp calls the UDFs on those Arrow columns and
-outputs the child's other columns plus one result column `<token>` per UDF, of its return type.
+UdfEval(child, udfs, tokens, args, displays, outputs): UdfOp calls each UDF on its argument
+columns of the child (plain input columns, inner UDF results, or hidden `<token>_a<j>` columns
+the SQL stage below computed, dropped here) and outputs the child's other columns plus one result
+column per UDF (`<token>`, or the with_column name, replaced in place), of its return type.
 DropColumns(child, names) removes hidden columns (Arrow, no copy). Both keep the child's alias and
 qualifiers, so `alias.column` references still resolve above them.
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..errors import AnalysisException
 from ..plan.udf_nodes import UdfEval
 from ..udf import PythonUdfError, UserDefinedFunction
 from .base import BatchContext, PhysicalOp
@@ -35,12 +37,25 @@ def _value_repr(v: Any) -> str:
 
 class UdfOp(PhysicalOp):
     def __init__(self, child: PhysicalOp, node: UdfEval):
-        self.calls = list(zip(node.udfs, node.tokens, node.arities, node.displays))
-        arg_cols = {f"{t}_a{j}" for _, t, k, _ in self.calls for j in range(k)}
-        fields = [f for f in child.schema if f.name not in arg_cols]
-        fields += [pa.field(t, u.return_type) for u, t, _, _ in self.calls]
-        super().__init__([child], pa.schema(fields))
-        self._keep = [f.name for f in child.schema if f.name not in arg_cols]
+        names = child.schema.names
+        lower = {c.lower(): c for c in names}
+        args = []
+        for u, d, cols in zip(node.udfs, node.displays, node.args):
+            resolved = []
+            for c in cols:
+                if c not in names and c.lower() not in lower:
+                    raise AnalysisException(f"{d}: no column {c!r} (columns: {names})")
+                resolved.append(c if c in names else lower[c.lower()])
+            args.append(tuple(resolved))
+        outputs = [o or t for o, t in zip(node.outputs or (None,) * len(node.tokens), node.tokens)]
+        self.calls = list(zip(node.udfs, outputs, args, node.displays))
+        hidden_args = {c for cols in node.args for c in cols if any(c.startswith(t + "_a") for t in node.tokens)}
+        by_name = {f.name: f for f in child.schema if f.name not in hidden_args}
+        for u, out, _, _ in self.calls:
+            by_name[out] = pa.field(out, u.return_type)      # replaced in place, or appended
+        super().__init__([child], pa.schema(list(by_name.values())))
+        for _, out, _, _ in self.calls:                      # a computed column is no event time
+            self.event_time_cols.pop(out, None)
         self.alias, self.qualifiers = child.alias, child.qualifiers
 
     def describe(self) -> str:
@@ -49,14 +64,20 @@ class UdfOp(PhysicalOp):
     def udf_descriptions(self) -> list[str]:
         return [u.describe() for u, _, _, _ in self.calls]
 
+    def columns_read(self, needed: set[str] | None) -> set[str] | None:
+        if needed is None:
+            return None
+        outs = {out for _, out, _, _ in self.calls}
+        return (needed - outs) | {c for _, _, cols, _ in self.calls for c in cols}
+
     def execute(self, ctx: BatchContext) -> pa.Table:
         table = self.children[0].execute(ctx)
-        out = table.select(self._keep)
-        for udf, token, arity, display in self.calls:
-            args = [_as_array(table.column(f"{token}_a{j}")) for j in range(arity)]
-            result = evaluate(ctx, udf, display, args, table.num_rows)
-            out = out.append_column(pa.field(token, udf.return_type), result)
-        return out
+        results = {}
+        for udf, out, cols, display in self.calls:
+            args = [_as_array(table.column(c)) for c in cols]
+            results[out] = evaluate(ctx, udf, display, args, table.num_rows)
+        arrays = [results.pop(f.name) if f.name in results else table.column(f.name) for f in self.schema]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
 def _as_array(col: Any) -> pa.Array:
@@ -91,8 +112,11 @@ def evaluate(ctx: BatchContext, udf: UserDefinedFunction, display: str, args: li
                     "raised on the batch as a whole (no single row reproduces it)", e) from e
     try:
         result = _to_arrow(raw, rt)
-    except Exception as e:  # noqa: BLE001
-        raise _fail(ctx, udf, display, args, None, f"returned values that do not convert to {rt}", e) from e
+    except Exception as e:  # noqa: BLE001 - name the first value that does not convert, if one alone fails
+        row, value = _bad_value(raw, rt)
+        what = (f"returned {_value_repr(value)}, which is not a {rt}," if row is not None
+                else f"returned values that do not convert to {rt}")
+        raise _fail(ctx, udf, display, args, row, what, e) from e
     if len(result) != n_rows:
         raise _fail(ctx, udf, display, args, None, f"returned {len(result)} values for {n_rows} rows (a vectorized "
                     "UDF returns one value per input row)")
@@ -129,6 +153,19 @@ def _to_arrow(raw: Any, rt: pa.DataType) -> pa.Array:
     except ImportError:
         pass
     return pa.array(list(raw), type=rt)
+
+
+def _bad_value(raw: Any, rt: pa.DataType) -> tuple[int | None, Any]:
+    try:
+        values = raw.to_pylist() if isinstance(raw, (pa.Array, pa.ChunkedArray)) else list(raw)
+    except Exception:  # noqa: BLE001
+        return None, None
+    for i, v in enumerate(values):
+        try:
+            _to_arrow(raw.iloc[i:i + 1] if hasattr(raw, "iloc") else [v], rt)
+        except Exception:  # noqa: BLE001
+            return i, v
+    return None, None
 
 
 def _locate(udf: UserDefinedFunction, args: list[pa.Array], n_rows: int) -> int | None:
@@ -191,8 +228,26 @@ def build_udf_eval(compiler: Any, node: UdfEval) -> PhysicalOp:
     return UdfOp(compiler.build(node.child), node)
 
 
-def build_drop_columns(compiler: Any, node: DropColumns) -> PhysicalOp:
+def build_drop_columns(compiler: Any, node: Any) -> PhysicalOp:
+    """Over a fused SQL stage the drop is one more stage of it (`* EXCLUDE`), so the stateless
+    steps above fuse with it into the same DuckDB query; else an Arrow drop."""
+    from ..sql import quote_ident
+    from .stateless import SqlOp
     child = compiler.build(node.child)
-    if not node.names:
+    names = [c for c in node.names if c in child.schema.names]
+    if not names:
         return child
-    return DropColumnsOp(child, node.names)
+    if isinstance(child, SqlOp):
+        cols = ", ".join(quote_ident(c) for c in names)
+        stage = (lambda rel, c=cols: f"SELECT * EXCLUDE ({c}) FROM {rel} AS __in")
+        op = SqlOp(child.children[0], child.stages + [stage], pa.schema([f for f in child.schema if f.name not in names]),
+                   child.labels + [f"Drop[{', '.join(names)}]"])
+        op.event_time_cols = {k: v for k, v in child.event_time_cols.items() if k not in names}
+        op.alias, op.qualifiers = child.alias, child.qualifiers
+        return op
+    return DropColumnsOp(child, tuple(names))
+
+
+def build_udf_filter(compiler: Any, node: Any) -> PhysicalOp:
+    from ..udf import expand_filter
+    return compiler.build(expand_filter(node))

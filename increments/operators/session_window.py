@@ -33,6 +33,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
+from ..nested_order import min_max_sql
 from .key_codec import columns_pylist, decode_rows, time_bound, to_arrays, window_struct
 from .partitioning import partition_sql, split_by_partition
 from .state_util import side_stores, write_schema_once
@@ -74,6 +75,9 @@ class SessionWindowOp(PhysicalOp):
 
     def value_fields(self) -> list[tuple[str, str]]:
         return [(f"{self.spec.name}_end", "TIMESTAMPTZ")] + self.acc.value_fields()
+
+    def state_functions(self) -> list[str]:
+        return self.acc.functions()
 
     def state_schema(self) -> dict[str, Any]:
         return {"key": self.key_fields(), "value": self.value_fields(), "session_gap_ms": self.spec.gap_ms}
@@ -169,8 +173,8 @@ class SessionWindowOp(PhysicalOp):
             for i, arr in enumerate(to_arrays([v for _, v in items], types, offset=1)):
                 old[f"__a{i}"] = arr
             cand = pa.concat_tables([pa.table(old).cast(cand.schema), cand])
-        aggs = ", ".join(f"{_MERGE_AGG[kind].format(a=f'__a{i}')} AS __a{i}"
-                         for i, (_, _, _, kind) in enumerate(self.acc.accs))
+        aggs = ", ".join(f"{min_max_sql(kind, f'__a{i}', t) if kind in ('min', 'max') else _MERGE_AGG[kind].format(a=f'__a{i}')} AS __a{i}"
+                         for i, (_, t, _, kind) in enumerate(self.acc.accs))
         merged = run_sql(
             "WITH s AS (SELECT *, max(__se) OVER (PARTITION BY __g ORDER BY __ss, __src, __ord ROWS BETWEEN UNBOUNDED "
             "PRECEDING AND 1 PRECEDING) AS __pe FROM __c), "
@@ -238,7 +242,8 @@ class SessionWindowOp(PhysicalOp):
 
 def build_session_window(compiler: Any, node: Any) -> PhysicalOp:
     validate.check_node(node, compiler.output_mode)   # for compiles that skip validate()
-    child = compiler.build(node.child)
+    from .aggregate import normalize_map_keys
+    child = normalize_map_keys(compiler.build(node.child), [k for k in node.keys if isinstance(k, str)])
     mode = compiler.output_mode
     op = SessionWindowOp(child, node.keys, node.aggs, mode)
     if mode == "append" and not op.watermarked:

@@ -15,7 +15,8 @@ import pyarrow.json as pajson
 from ..errors import ArithmeticOverflowError, MalformedInputError
 from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
 from ..sql import duckdb_connection, quote_ident, run_sql
-from ..types import Schema
+from ..nested_json import json_to_sql
+from ..types import Schema, is_nested
 from .base import BatchContext, EventTimeStats, PhysicalOp
 
 Stage = Callable[[str], str]  # relation SQL text -> SQL text
@@ -242,7 +243,11 @@ class ParseJsonOp(PhysicalOp):
         # right on a Kafka scan's value column: the source parses the values while it consumes the
         # next ones (sources/kafka.py, take_parsed); checked here like the fast path's own parse
         self._kafka = None
-        if column == "value" and isinstance(child, ScanOp) and hasattr(child.source, "parse_values_as"):
+        # pyarrow's JSON reader converts nested values by its own rules (and reads no MAP): nested
+        # schemas take the DuckDB path only (nested_json.py: Spark's rules)
+        self._nested = any(is_nested(f.duckdb_type) for f in schema.fields)
+        if (column == "value" and not self._nested and isinstance(child, ScanOp)
+                and hasattr(child.source, "parse_values_as")):
             self._kafka = child.source
             self._kafka.parse_values_as(self._arrow_json)
 
@@ -264,7 +269,7 @@ class ParseJsonOp(PhysicalOp):
         texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
         if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
             texts = _binary_as_text(con, texts)
-        fast = self._arrow_fast_path(table, texts) if pre is None else None   # pre failed: so would this
+        fast = self._arrow_fast_path(table, texts) if pre is None and not self._nested else None   # pre failed: so would this
         if fast is not None:
             return fast
         if table.num_rows == 0 or self._all_objects(con, texts):  # fast path: one validity pass + the transform
@@ -335,10 +340,16 @@ class ParseJsonOp(PhysicalOp):
     def _transform(self, con, table: pa.Table, texts) -> pa.Table:
         keep = {k: table.column(k) for k in self.keep}
         t = pa.table({"__v": texts, **keep})
-        cols = ", ".join(f"__s.{quote_ident(f.name)} AS {quote_ident(f.name)}" for f in self.json_schema.fields)
+        def col(f) -> str:
+            if is_nested(f.duckdb_type):   # read as JSON, converted by Spark's rules (nested_json.py)
+                return f"{json_to_sql('__s.' + quote_ident(f.name), f.duckdb_type)} AS {quote_ident(f.name)}"
+            return f"__s.{quote_ident(f.name)} AS {quote_ident(f.name)}"
+        cols = ", ".join(col(f) for f in self.json_schema.fields)
+        structure = json.dumps({f.name: "JSON" if is_nested(f.duckdb_type) else f.duckdb_type
+                                for f in self.json_schema.fields})
         kept = "".join(f", {quote_ident(k)}" for k in self.keep)
         sql = (f"SELECT {cols}{kept} FROM (SELECT json_transform(CASE WHEN trim(__v) = '' THEN NULL ELSE __v END, "
-               f"'{self.json_schema.duckdb_struct()}') AS __s{kept} "
+               f"'{structure.replace(chr(39), chr(39) * 2)}') AS __s{kept} "
                f"FROM __pj)")
         out = run_sql(sql, {"__pj": t}, con)
         return out.cast(self.schema)
@@ -355,7 +366,7 @@ class ParseJsonOp(PhysicalOp):
         Only fields with NULLs are checked, and only on those rows."""
         for f in self.json_schema.fields:
             col = parsed.column(f.name)
-            if col.null_count == 0:
+            if col.null_count == 0 or is_nested(f.duckdb_type):   # nested: NULL when it does not convert
                 continue
             rows = texts.filter(pc.is_null(col).combine_chunks() if isinstance(col, pa.ChunkedArray) else pc.is_null(col))
             path = "$." + f.name if f.name.isidentifier() else "$." + json.dumps(f.name)

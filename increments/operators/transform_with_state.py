@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from state.encoding import decode_key, decode_value, encode_key, encode_value
 
 from ..errors import AnalysisException
+from .key_codec import refuse_map_keys
 from ..plan import nodes as n
 from ..plan.validate import check_node
 from ..sql import quote_ident, run_sql
@@ -174,12 +175,22 @@ class TransformWithStateOp(PhysicalOp):
                     out: "_Output", ctx: BatchContext) -> None:
         if part.num_rows == 0:
             return
-        idx = part.append_column("__row", pa.array(range(part.num_rows), pa.int64()))
-        groups = idx.group_by(self.keys, use_threads=False).aggregate([("__row", "list")])
         rows = part.to_pylist()
-        keys = groups.select(self.keys).to_pylist()
-        for key_d, members in zip(keys, groups.column("__row_list").to_pylist()):
-            key = tuple(key_d[k] for k in self.keys)
+        if any(pa.types.is_nested(part.schema.field(k).type) for k in self.keys):
+            # a STRUCT / list key (Arrow's group_by takes none): grouped by its state key encoding,
+            # in first-seen order; the key's values are passed as they are (a struct as a dict)
+            by_key: dict[bytes, tuple[tuple, list[int]]] = {}
+            for i, r in enumerate(rows):
+                key = tuple(r[k] for k in self.keys)
+                by_key.setdefault(encode_key(key), (key, []))[1].append(i)
+            grouped = list(by_key.values())
+        else:
+            idx = part.append_column("__row", pa.array(range(part.num_rows), pa.int64()))
+            groups = idx.group_by(self.keys, use_threads=False).aggregate([("__row", "list")])
+            keys = groups.select(self.keys).to_pylist()
+            grouped = [(tuple(key_d[k] for k in self.keys), members)
+                       for key_d, members in zip(keys, groups.column("__row_list").to_pylist())]
+        for key, members in grouped:
             handle._key = key
             try:
                 out.add(proc.handle_input_rows(key, iter([rows[i] for i in members]), tv))
@@ -305,6 +316,7 @@ def build(compiler: Any, node: n.TransformWithState) -> PhysicalOp:
     if missing:
         raise AnalysisException(f"transform_with_state: grouping columns {missing} not found (columns: {child.schema.names})")
     check_node(node)   # the plan-only refusals (plan/validate.py): for compiles that skip validate()
+    refuse_map_keys("transform_with_state", child.schema, node.keys)
     op = TransformWithStateOp(child, node.keys, node.processor, node.output_schema.to_arrow(), node.time_mode,
                               node.output_mode)
     if node.initial_state is not None:

@@ -25,11 +25,11 @@ from ..operators.dedup import build_dedup
 from ..operators.expectations import build_expect
 from ..operators.join import build_join
 from ..operators.map_batches import build_map_batches
-from ..operators.python_udf import build_drop_columns, build_udf_eval
+from ..operators.python_udf import build_drop_columns, build_udf_eval, build_udf_filter
 from ..operators.transform_with_state import build as build_transform_with_state
 from ..operators.union import build_union
 from . import nodes as n
-from .udf_nodes import DropColumns, MapBatches, UdfEval
+from .udf_nodes import DropColumns, MapBatches, UdfEval, UdfFilter
 
 Builder = Callable[[Any, Any], PhysicalOp]
 
@@ -44,5 +44,6 @@ BUILDERS: dict[type, Builder] = {
     MapBatches: build_map_batches,
     UdfEval: build_udf_eval,
     DropColumns: build_drop_columns,
+    UdfFilter: build_udf_filter,
     n.TransformWithState: build_transform_with_state,
 }

@@ -32,6 +32,7 @@ from . import validate
 from .builders import BUILDERS
 from .late_rows import assign_late_rows
 from .pushdown import push_filters_below_watermarks, pushable_conjuncts
+from .spark_sql import select_items, translate_expr, with_column_expr
 from .watermarks import propagate
 
 
@@ -187,13 +188,15 @@ def _stage(node: n.Node, schema: pa.Schema):
     if isinstance(node, n.Select):
         # a bare column name is quoted: `window`, `count`, `order` are SQL keywords a PySpark user
         # names without quotes (select("window", "count"))
-        exprs = ", ".join(quote_ident(e) if e in schema.names else e for e in node.exprs)
-        return (lambda rel, e=exprs: f"SELECT {e} FROM {rel} AS __in"), f"Project[{exprs}]"
+        # Spark's spelling of nested access and generators (plan/spark_sql.py)
+        exprs = ", ".join(select_items(node.exprs, schema))
+        as_written = ", ".join(quote_ident(e) if e in schema.names else e for e in node.exprs)
+        return (lambda rel, e=exprs: f"SELECT {e} FROM {rel} AS __in"), f"Project[{as_written}]"
     if isinstance(node, n.Filter):
-        cond = node.condition
-        return (lambda rel, c=cond: f"SELECT * FROM {rel} AS __in WHERE {c}"), f"Filter[{cond}]"
+        cond = translate_expr(node.condition, schema)
+        return (lambda rel, c=cond: f"SELECT * FROM {rel} AS __in WHERE {c}"), f"Filter[{node.condition}]"
     if isinstance(node, n.WithColumn):
-        name, e = quote_ident(node.name), node.expr
+        name, e = quote_ident(node.name), with_column_expr(node.name, node.expr, schema)
         if node.name in schema.names:
             return (lambda rel: f"SELECT * REPLACE (({e}) AS {name}) FROM {rel} AS __in"), f"WithColumn[{node.name}]"
         return (lambda rel: f"SELECT *, ({e}) AS {name} FROM {rel} AS __in"), f"WithColumn[{node.name}]"

@@ -33,6 +33,7 @@ import duckdb
 
 from ..sql import duckdb_connection
 from . import nodes as n
+from .udf_nodes import UdfFilter
 
 _COMPARE = {"COMPARE_EQUAL", "COMPARE_NOTEQUAL", "COMPARE_LESSTHAN", "COMPARE_GREATERTHAN",
             "COMPARE_LESSTHANOREQUALTO", "COMPARE_GREATERTHANOREQUALTO", "COMPARE_NOT_DISTINCT_FROM"}
@@ -40,7 +41,9 @@ _LIKE = {"~~", "like_escape", "prefix", "suffix", "contains", "starts_with", "en
 
 
 def _is_col(e: dict) -> bool:
-    return e.get("class") == "COLUMN_REF"
+    """A top-level column: Spark pushes no predicate on a nested field (`e.user.id`) into a JSON
+    or CSV scan (nested predicate pushdown is for Parquet/ORC only)."""
+    return e.get("class") == "COLUMN_REF" and len(e.get("column_names") or ()) == 1
 
 
 def _is_lit(e: dict) -> bool:
@@ -184,7 +187,10 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
     """`node` with the filters right above each with_watermark split around it (split_around_watermark):
     a chain of filters is combined first (Spark's CombineFilters), so every conjunct of every filter
     of the chain is placed; the conjuncts that go below keep their order, below the watermark, as
-    do the others above it. The other nodes are rebuilt unchanged."""
+    do the others above it. A filter reading UDF results is placed alike (plan/udf_pushdown.py).
+    The other nodes are rebuilt unchanged."""
+    if isinstance(node, UdfFilter):
+        return push_udf_filter(node, push_filters_below_watermarks)
     if isinstance(node, n.Filter):
         conds: list[str] = []
         below: n.Node = node
@@ -214,3 +220,6 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
         return dataclasses.replace(node, left=push_filters_below_watermarks(node.left),
                                    right=push_filters_below_watermarks(node.right))
     return node
+
+
+from .udf_pushdown import push_udf_filter  # noqa: E402 - it uses this module's parse helpers

@@ -108,7 +108,13 @@ def _check_aggregate_keys(node: n.Aggregate, output_mode: str | None) -> None:
 
 
 def _watermarked_columns(node: n.Node) -> set[str]:
-    return {x.column for x in node.walk() if isinstance(x, n.WithWatermark)}
+    """The with_watermark columns that reach `node`: not past a map_in_arrow / map_in_pandas, whose
+    output columns are new (as in Spark)."""
+    if isinstance(node, n.WithWatermark):
+        return {node.column} | _watermarked_columns(node.child)
+    if getattr(node, "resets_watermarks", False):
+        return set()
+    return {c for child in node.children for c in _watermarked_columns(child)}
 
 
 def _check_append_aggregation(agg: n.Aggregate) -> None:
@@ -119,6 +125,12 @@ def _check_append_aggregation(agg: n.Aggregate) -> None:
         col = k.column if isinstance(k, (WindowSpec, SessionWindowSpec)) else k
         if col in marked:
             return
+    if any(getattr(x, "resets_watermarks", False) and any(isinstance(y, n.WithWatermark) for y in x.walk())
+           for x in agg.child.walk()):
+        raise AnalysisException(
+            "append output mode is not supported for a streaming aggregation without a watermark on its event-time "
+            "grouping: the with_watermark below map_in_arrow / map_in_pandas does not reach past it (its output "
+            "columns are new, as in Spark); call .with_watermark(...) after the map_in_* step")
     raise AnalysisException(
         "append output mode is not supported for a streaming aggregation without a watermark on its event-time "
         "grouping: add .with_watermark(\"<event time column>\", \"<delay>\") before group_by and group by "

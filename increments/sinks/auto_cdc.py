@@ -27,13 +27,13 @@ import pyarrow.compute as pc
 
 from .. import storage
 from ..errors import SinkSchemaError
+from ..identifiers import delta_ident
 from ..operators.apply_changes import ACTION, START
 from .base import SinkResult
 from .delta import DeltaSink, commit_properties, post_commit_hooks, schema_difference
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+_q = delta_ident      # a column in a delta-rs predicate (increments/identifiers.py)
 
 
 def action_counts(table: pa.Table) -> dict[str, int]:

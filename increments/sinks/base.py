@@ -13,7 +13,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 
 @dataclass

@@ -19,18 +19,24 @@ when the target is made). deltalake gets this target's storage_options over the 
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from .. import storage
 
-SCHEMA = pa.schema([("value", pa.binary()), ("value_text", pa.string()), ("topic", pa.string()),
-                    ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
-                    ("reason", pa.string()), ("query_name", pa.string()), ("batch_id", pa.int64()),
-                    ("written_at", pa.timestamp("us", tz="UTC"))])
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
+
+@functools.cache
+def dead_letter_schema() -> pa.Schema:
+    """The dead-letter table's columns (built at first use: pyarrow loads then)."""
+    return pa.schema([("value", pa.binary()), ("value_text", pa.string()), ("topic", pa.string()),
+                      ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
+                      ("reason", pa.string()), ("query_name", pa.string()), ("batch_id", pa.int64()),
+                      ("written_at", pa.timestamp("us", tz="UTC"))])
 
 
 class DeltaDeadLetter:
@@ -68,7 +74,7 @@ class DeltaDeadLetter:
                          opt("partition", pa.int32()), opt("offset", pa.int64()),
                          opt("timestamp", pa.timestamp("us", tz="UTC")), pa.array(reasons, pa.string()),
                          pa.array([ctx.query_name] * n, pa.string()), pa.array([ctx.batch_id] * n, pa.int64()),
-                         pa.array([now] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC"))], schema=SCHEMA)
+                         pa.array([now] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC"))], schema=dead_letter_schema())
 
     def write(self, ctx: Any, bad_rows: pa.Table, reasons: pa.Array) -> int:
         """Append the batch's bad rows once per (query, batch); returns how many bad rows it had."""

@@ -28,13 +28,20 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
+from ..identifiers import delta_ident
+from ..options import sink_options
 from ..sources.delta_files import conform, file_location, read_parquet
 from .base import Sink, SinkContext, SinkResult
 
 
-def commit_properties(app_id: str, batch_id: int):
+def commit_properties(app_id: str, batch_id: int, query_name: str | None = None):
+    """The app transaction (app_id, batch_id); with `query_name`, the commitInfo also names the
+    query and batch (increments.query, increments.query_id, increments.batch_id), so a downstream
+    query's lineage can name the batches it read (execution/lineage.py)."""
     from deltalake import CommitProperties, Transaction
-    return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))])
+    meta = ({"increments.query": str(query_name), "increments.query_id": str(app_id),
+             "increments.batch_id": str(int(batch_id))} if query_name else None)
+    return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))], custom_metadata=meta)
 
 
 def open_table(path: str, storage_options: dict | None = None):
@@ -103,8 +110,7 @@ def append_once(path: str, table: pa.Table, app_id: str, batch_id: int, storage_
     return True
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+_quote = delta_ident      # a column in a delta-rs predicate (increments/identifiers.py)
 
 
 class DeltaSink(Sink):
@@ -113,12 +119,11 @@ class DeltaSink(Sink):
             raise ValueError("format('delta') needs a table path: .start('lake/gold/table')")
         path = os.fspath(path)
         self.path = path.rstrip("/") if storage.scheme_of(path) else os.path.abspath(path)
-        options = dict(options or {})
-        pb = options.get("partition_by") or options.get("partitionBy")
-        self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else None)
+        o = sink_options("delta", options, "format('delta')")
+        self.partition_by = o["partition_by"]
         #: Delta table properties set when the sink creates the table ({"delta.enableChangeDataFeed": "true"})
-        self.table_properties = {str(k): str(v) for k, v in dict(options.get("table_properties") or {}).items()}
-        self.own_storage_options = dict(options.get("storage_options") or {})
+        self.table_properties = {str(k): str(v) for k, v in (o["table_properties"] or {}).items()}
+        self.own_storage_options = dict(o["storage_options"] or {})
         storage.remember_secrets(self.own_storage_options)
         self.storage_options: dict | None = self.own_storage_options or None
 
@@ -258,10 +263,10 @@ class DeltaSink(Sink):
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
         from deltalake import write_deltalake
         mode = self.ctx.output_mode
-        props = commit_properties(self.ctx.query_id, batch_id)
+        props = commit_properties(self.ctx.query_id, batch_id, self.ctx.query_name)
         hooks = post_commit_hooks(dt)
         if mode == "update" and dt is not None:
-            pred = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self.ctx.key_columns)
+            pred = merge_predicate(table, self.ctx.key_columns)
             (dt.merge(table, pred, source_alias="s", target_alias="t", commit_properties=props,
                       post_commithook_properties=hooks)
                .when_matched_update_all().when_not_matched_insert_all().execute())
@@ -273,6 +278,20 @@ class DeltaSink(Sink):
                             storage_options=self.storage_options,
                             schema_mode="overwrite" if mode == "complete" else None,
                             post_commithook_properties=hooks)
+
+
+def merge_predicate(table: pa.Table, keys: Any) -> str:
+    """The MERGE condition of an update-mode batch: its keys matched null-safely, as Spark's
+    result keys are (a group whose key is NULL is one group, updated in place, never appended
+    again). `IS NOT DISTINCT FROM` only for a key column that holds a NULL in the batch: elsewhere
+    `=` means the same (the batch's side is never NULL) and lets delta-rs prune files by it."""
+    def one(k: str) -> str:
+        col = table.column(k) if k in table.column_names else None
+        null_safe = col is not None and (col.null_count > 0 or (
+            pa.types.is_struct(col.type) and any(c.null_count for c in col.combine_chunks().flatten())))
+        op = "IS NOT DISTINCT FROM" if null_safe else "="
+        return f"(t.{_quote(k)} {op} s.{_quote(k)})"
+    return " AND ".join(one(k) for k in keys)
 
 
 def post_commit_hooks(dt: Any):

@@ -28,12 +28,12 @@ anything is written; a mismatch raises SinkSchemaError. `add_batch` returns the 
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
 
 from ..errors import SinkSchemaError
+from ..options import sink_options
 from ..sql import quote_ident, run_sql
 from . import iceberg_table as I
 from .base import Sink, SinkContext, SinkResult
@@ -42,17 +42,15 @@ from .delta import schema_difference
 
 class IcebergSink(Sink):
     def __init__(self, name: str | None, options: dict[str, Any] | None = None):
-        options = dict(options or {})
-        name = name or options.get("table")
+        o = sink_options("iceberg", options, "format('iceberg')")
+        name = name or o["table"]
         if not name:
             raise ValueError("format('iceberg') needs a table: .start('namespace.table')")
         self.name = str(name)
         self.namespace, self.table_name = I.identifier(self.name, "format('iceberg')")
-        cat = options.get("catalog") or {}
-        self.catalog_conf = json.loads(cat) if isinstance(cat, str) else dict(cat)
-        pb = options.get("partition_by") or options.get("partitionBy")
-        self.partition_by = [c.strip() for c in pb.split(",")] if isinstance(pb, str) else (list(pb) if pb else [])
-        self.own_storage_options = dict(options.get("storage_options") or {})
+        self.catalog_conf = dict(o["catalog"] or {})
+        self.partition_by = o["partition_by"] or []
+        self.own_storage_options = dict(o["storage_options"] or {})
         from .. import storage
         storage.remember_secrets(self.catalog_conf)
         storage.remember_secrets(self.own_storage_options)

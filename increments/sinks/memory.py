@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import threading
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from .base import Sink, SinkResult
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 _TABLES: dict[str, "MemorySink"] = {}
 _LOCK = threading.Lock()

@@ -107,7 +107,8 @@ class ParquetSink(Sink):
         buf = io.BytesIO()
         pq.write_table(table, buf)
         loc.write_bytes(data, buf.getvalue(), create_only=True)
-        body = {"batch_id": batch_id, "files": [part], "num_rows": table.num_rows, "query_id": self.ctx.query_id}
+        body = {"batch_id": batch_id, "files": [part], "num_rows": table.num_rows, "query_id": self.ctx.query_id,
+                "query_name": self.ctx.query_name}      # for a reading query's lineage (execution/lineage.py)
         try:
             loc.write_bytes(manifest, json.dumps(body, sort_keys=True).encode(), create_only=True)
         except FileExistsError:

@@ -10,12 +10,18 @@ marker to the batch id. Recovery rule: a batch whose id is <= the marker is alre
 commit leaves nothing. The row lock on the marker also serialises two runners of one query.
 
 - append: COPY the rows in.
-- update: COPY into a temporary table, then INSERT ... ON CONFLICT (keys) DO UPDATE. The sink
-  creates the table with PRIMARY KEY (keys); an existing table needs a unique index on them.
+- update: COPY into a temporary table, then INSERT ... ON CONFLICT (keys) DO UPDATE for the rows
+  whose keys are all non-NULL; a row with a NULL key replaces the row whose keys are NOT DISTINCT
+  from its own (DELETE, then INSERT: ON CONFLICT never matches NULLs), so a NULL group is one row,
+  updated in place, as Spark's result keys are null-safe. The sink creates the table with UNIQUE
+  NULLS NOT DISTINCT (keys) (PostgreSQL 15+; PRIMARY KEY before 15, which cannot hold a NULL key:
+  such a batch fails naming the column); an existing table needs a unique index on the keys.
 - complete: DELETE every row, then COPY the whole result (readers never see a partial table).
 
 The table is created from the Arrow schema on the first batch. Struct columns (e.g. `window`)
-are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type.
+are flattened to `<name>_<field>` (window_start, window_end), as PostgreSQL has no struct type;
+ARRAY and MAP columns (also inside a flattened struct) are JSONB: a list as a JSON array, a map as
+a JSON object (keys as text), a struct inside either as an object (DuckDB's to_json).
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
 from ..errors import SinkSchemaError
+from ..identifiers import pg_ident, pg_table, pg_text_ident, pg_text_table
+from ..options import sink_options
 from .base import Sink, SinkResult
 
 MARKER = "increments_sink_batches"
@@ -56,7 +64,20 @@ def pg_type(t: pa.DataType) -> str:
         return "BYTEA"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "TEXT"
+    if _is_json(t):
+        return "JSONB"
     raise TypeError(f"format('postgres'): no PostgreSQL type for Arrow {t}; cast the column in a select first")
+
+
+def _is_json(t: pa.DataType) -> bool:
+    """ARRAY / MAP columns (and structs inside them) go to JSONB."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_map(t)
+
+
+def _json_text(col) -> pa.Array:
+    """A list / map column as JSON text (NULL stays NULL), by DuckDB's to_json."""
+    from ..sql import run_sql
+    return run_sql("SELECT CAST(to_json(c) AS VARCHAR) AS c FROM __j", {"__j": pa.table({"c": col})}).column("c")
 
 
 def flatten(table: pa.Table) -> pa.Table:
@@ -80,23 +101,25 @@ def _csv_ready(table: pa.Table) -> pa.Table:
             col = pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
         elif pa.types.is_timestamp(col.type) and col.type.tz:
             col = pc.strftime(col, "%Y-%m-%dT%H:%M:%S+00:00")
+        elif _is_json(col.type):
+            col = _json_text(col)
         cols.append(col)
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+#: an identifier inside sa.text(): quoted, its colons escaped (a ':x' in a name is no bind parameter)
+_q = pg_text_ident
 
 
 class PostgresSink(Sink):
     def __init__(self, options: dict[str, Any]):
-        self.url = options.get("url")
-        self.table = options.get("table") or options.get("dbtable")
+        o = sink_options("postgres", options, "format('postgres')")
+        self.url, self.table = o["url"], o["table"]
         if not self.url or not self.table:
             raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
                              ".option('table', 'name')")
-        parts = str(self.table).split(".")
-        self.qtable = ".".join(_q(p) for p in parts)
+        self.qtable = pg_text_table(self.table)          # in sa.text() statements
+        self.driver_table = pg_table(self.table)         # in SQL the driver gets as it is (COPY, regclass)
         self._engine = None
 
     @property
@@ -154,9 +177,9 @@ class PostgresSink(Sink):
             if mode == "complete":
                 conn.execute(sa.text(f"DELETE FROM {self.qtable}"))
             if mode == "update" and table.num_rows:
-                self._upsert(conn, table, keys)
+                self._upsert(conn, table, keys, batch_id)
             elif table.num_rows:
-                self._copy(conn, self.qtable, table)
+                self._copy(conn, self.driver_table, table)
             self._mark_batch(conn, batch_id)
         return SinkResult(table.num_rows, version=batch_id)
 
@@ -199,7 +222,11 @@ class PostgresSink(Sink):
 
     def _create(self, conn, schema: pa.Schema, keys: list[str]) -> None:
         cols = ", ".join(f"{_q(f.name)} {pg_type(f.type)}" for f in schema)
-        pk = f", PRIMARY KEY ({', '.join(_q(k) for k in self._flat_keys(schema, keys))})" if keys else ""
+        pk = ""
+        if keys:
+            flat = ", ".join(_q(k) for k in self._flat_keys(schema, keys))
+            nulls_ok = (conn.dialect.server_version_info or (0,)) >= (15,)
+            pk = f", UNIQUE NULLS NOT DISTINCT ({flat})" if nulls_ok else f", PRIMARY KEY ({flat})"
         conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {self.qtable} ({cols}{pk})"))
 
     @staticmethod
@@ -214,18 +241,46 @@ class PostgresSink(Sink):
         # one chunk per column: pyarrow 26's CSV writer emits NUL bytes for a column whose first
         # chunk is empty (a concatenation that starts with an empty table), which COPY refuses
         pacsv.write_csv(_csv_ready(table.combine_chunks()), buf, pacsv.WriteOptions(include_header=False))
-        cols = ", ".join(_q(c) for c in table.column_names)
+        cols = ", ".join(pg_ident(c) for c in table.column_names)
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:
             with cur.copy(f"COPY {qtable} ({cols}) FROM STDIN WITH (FORMAT csv)") as cp:
                 cp.write(buf.getvalue())
 
-    def _upsert(self, conn, table: pa.Table, keys: list[str]) -> None:
+    def _upsert(self, conn, table: pa.Table, keys: list[str], batch_id: int = -1) -> None:
+        """Upsert on the keys, null-safely (module doc): ON CONFLICT for the rows without a NULL
+        key (the unique index decides), DELETE + INSERT for the others (few: NULL groups)."""
         flat_keys = self._flat_keys(table.schema, keys)
+        nulls = [k for k in flat_keys if table.column(k).null_count]
+        if nulls:
+            self._refuse_not_null_keys(conn, nulls, flat_keys, batch_id)
         conn.execute(sa.text(f"CREATE TEMP TABLE __inc_upsert (LIKE {self.qtable}) ON COMMIT DROP"))
         self._copy(conn, "__inc_upsert", table)
         cols = ", ".join(_q(c) for c in table.column_names)
         sets = ", ".join(f"{_q(c)} = EXCLUDED.{_q(c)}" for c in table.column_names if c not in flat_keys)
         action = f"DO UPDATE SET {sets}" if sets else "DO NOTHING"
+        any_null = " OR ".join(f"{_q(k)} IS NULL" for k in flat_keys)
         conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert "
-                             f"ON CONFLICT ({', '.join(_q(k) for k in flat_keys)}) {action}"))
+                             f"WHERE NOT ({any_null}) ON CONFLICT ({', '.join(_q(k) for k in flat_keys)}) {action}"))
+        if not nulls:
+            return
+        same = " AND ".join(f"t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)}" for k in flat_keys)
+        conn.execute(sa.text(f"DELETE FROM {self.qtable} AS t USING (SELECT * FROM __inc_upsert WHERE {any_null}) "
+                             f"AS s WHERE {same}"))
+        conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert WHERE {any_null}"))
+
+    def _refuse_not_null_keys(self, conn, nulls: list[str], flat_keys: list[str], batch_id: int) -> None:
+        """SinkSchemaError when a key column holding a NULL in this batch is NOT NULL in the table
+        (a primary key: a table created before PostgreSQL 15 or by hand); the batch's transaction
+        is rolled back (add_batch), so nothing of it is written."""
+        strict = set(conn.execute(sa.text(
+            "SELECT attname FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) AND attnum > 0 AND attnotnull"),
+            {"t": self.driver_table}).scalars())
+        bad = [k for k in nulls if k in strict]
+        if bad:
+            raise SinkSchemaError(
+                f"{self.description}, batch {batch_id}: the output has a NULL in key column(s) {bad} (a group whose key is "
+                f"NULL, as Spark keeps it), but the table declares them NOT NULL (a primary key), so it cannot hold "
+                f"that group. Nothing of the batch was written. Let the table take NULL keys (PostgreSQL 15+: "
+                f"replace its primary key by UNIQUE NULLS NOT DISTINCT ({', '.join(_q(k) for k in flat_keys)})), or "
+                f"filter or coalesce the NULL keys in the query.")

@@ -20,10 +20,12 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from .. import storage
 from ..storage import Location
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 
 class Source(ABC):

@@ -25,13 +25,15 @@ import json
 import os
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
 from ..storage import Location
 from .base import Source
 from .delta_files import conform, file_location, read_parquet
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 
 class DeltaSource(Source):

@@ -16,11 +16,13 @@ import os
 from typing import Any
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from ..lazy import lazy_module
 
 from .. import storage
 from ..storage import Location
+
+pa = lazy_module("pyarrow")
+pq = lazy_module("pyarrow.parquet")  # loaded at first use: increments/lazy.py
 
 
 def file_location(table: Location, path: str, storage_options: dict | None = None) -> tuple[Location, str]:

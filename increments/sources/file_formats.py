@@ -8,13 +8,17 @@ from __future__ import annotations
 import io
 import json
 
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
-import pyarrow.parquet as pq
+from ..lazy import lazy_module
 
 from ..errors import MalformedInputError
-from ..types import Schema
+from ..identifiers import duckdb_ident
+from ..nested_json import json_to_sql
+from ..types import Schema, is_nested
+
+pa = lazy_module("pyarrow")
+pacsv = lazy_module("pyarrow.csv")
+pajson = lazy_module("pyarrow.json")
+pq = lazy_module("pyarrow.parquet")  # loaded at first use: increments/lazy.py
 
 
 def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> pa.Table:
@@ -114,8 +118,7 @@ def strict_json_types(duckdb_type: str) -> tuple[str, ...] | None:
     return _STRICT.get(duckdb_type)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+_q = duckdb_ident
 
 
 def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
@@ -128,9 +131,11 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
 
     def declared(f) -> str:
-        return "JSON" if strict_json_types(f.duckdb_type) else f.duckdb_type
+        return "JSON" if strict_json_types(f.duckdb_type) or is_nested(f.duckdb_type) else f.duckdb_type
 
     def select(f) -> str:
+        if is_nested(f.duckdb_type):      # Spark's conversion of nested values (nested_json.py)
+            return f"{json_to_sql(_q(f.name), f.duckdb_type)} AS {_q(f.name)}"
         ok = strict_json_types(f.duckdb_type)
         if not ok:
             return _q(f.name)
@@ -205,6 +210,8 @@ def first_bad_json_row(con, texts: pa.Array, schema: Schema) -> tuple[int, str] 
                     i, text, kind = row[0]
                     return i, (f"field {f.name!r} is {text[:100]}, which is not a {f.duckdb_type} (a JSON "
                                f"{kind.lower()}; values are not converted to another type)")
+            if is_nested(f.duckdb_type):   # values inside convert or are NULL (nested_json.py): never an error
+                continue
             row = con.execute(
                 f"SELECT i, json_extract(v, ?)::VARCHAR FROM __diag WHERE v IS NOT NULL AND trim(v) <> '' "
                 f"AND json_type(v, ?) NOT IN ('NULL') AND json_type(v, ?) IS NOT NULL "

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
@@ -56,6 +56,8 @@ from .base import Source
 from .prefetch import ReadAhead
 from .read_files_window import DEFAULT_WINDOW, ReadFilesWindow
 from .seen_files import SeenFilesLog
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 log = redacting_logger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")
@@ -71,6 +73,13 @@ READ_AHEAD_WORKERS = 2
 READ_AHEAD_BYTES = 128 << 20
 #: a batch of at least this many JSON files (none read ahead) is read in one scan (_read_together)
 MULTI_FILE_SCAN_MIN = 8
+
+
+def normalized_path(path: str) -> str:
+    """`path` (a directory, file or glob; local or URL) as one spelling: a local path made absolute
+    and normalized, a URL without trailing slashes; a glob keeps its pattern."""
+    root, pattern = split_glob(path)
+    return root if pattern is None else (root.rstrip("/") + "/" + pattern)
 
 
 class FileSource(Source):
@@ -101,8 +110,10 @@ class FileSource(Source):
         self.changed_files_window = changed_files_window
         self._window: ReadFilesWindow | None = None
         self._subfolders_checked = False
-        self.path = path
         self.root_url, self.pattern = split_glob(path)
+        #: the path as the checkpoint records it: absolute, no trailing slash (so "in", "./in/" and
+        #: "/abs/in" are one source; checkpoint/metadata.py upgrades what earlier releases recorded)
+        self.path = normalized_path(path)
         self.storage_options = dict(storage_options or {})
         storage.remember_secrets(self.storage_options)
         self.format = fmt

@@ -9,10 +9,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterable
 
-import pyarrow as pa
+from ..lazy import lazy_module
 
 from ..types import parse_schema
 from .base import Source
+
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 
 class MemorySource(Source):

@@ -72,6 +72,22 @@ def _first_line(e: BaseException) -> str:
     return redact(str(e).split("\n", 1)[0])[:500]
 
 
+def no_such_bucket(text: str, bucket: str | None = None) -> str | None:
+    """When an object store's error says the bucket does not exist (S3's NoSuchBucket, GCS's and
+    Azure's equivalents): a message naming the bucket and what to create; else None."""
+    import re
+    if not re.search(r"NoSuchBucket|ContainerNotFound|The specified bucket does not exist|"
+                     r"The specified container does not exist", text):
+        return None
+    m = re.search(r"<BucketName>([^<]+)</BucketName>", text)
+    name = m.group(1) if m else bucket
+    where = re.search(r"(https?://[^/\s]+)/", text)
+    return (f"NoSuchBucket: the bucket {name!r} does not exist"
+            + (f" on {redact(where.group(1))}" if where else "")
+            + f". Create it first (e.g. `aws s3 mb s3://{name}`, with --endpoint-url for an S3-compatible store), "
+              "or use a location in a bucket that exists")
+
+
 class RemoteLocation(Location):
     is_local = False
 
@@ -107,14 +123,17 @@ class RemoteLocation(Location):
                               self._store)
 
     def _fail(self, what: str, name: str, e: BaseException) -> StorageError:
-        return StorageError(f"{what} {self.join(name)} failed: {_first_line(e)}")
+        missing = no_such_bucket(str(e), self.bucket)
+        return StorageError(f"{what} {self.join(name)} failed: {missing or _first_line(e)}")
 
     # -- objects -----------------------------------------------------------------------------------
     def read_bytes(self, name: str) -> bytes:
         import obstore
         try:
             return bytes(obstore.get(self._store, self._k(name)).bytes())
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if no_such_bucket(str(e), self.bucket):      # not a missing object: the bucket is missing
+                raise self._fail("reading", name, e) from None
             raise FileNotFoundError(f"{self.join(name)} does not exist") from None
         except Exception as e:  # noqa: BLE001
             raise self._fail("reading", name, e) from None

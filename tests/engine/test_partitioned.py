@@ -47,7 +47,23 @@ def _frame(input_url: str, kind: str):
         return (f.expect_or_drop("not_u3", "user_id <> 'u3'").with_watermark("event_time", "5 minutes")
                 .group_by(F.window("event_time", "10 minutes"), "campaign_id").count()
                 .expect("single", "count < 2")), "append"
+    if kind == "udf_window":       # a UDF key and a pandas-free arrow UDF filter, fanned out like SQL steps
+        short = F.udf(lambda c: c[:2], "string")
+        return (f.filter(F.arrow_udf(_not_u3, "boolean")("user_id")).with_watermark("event_time", "5 minutes")
+                .group_by(F.window("event_time", "10 minutes"), short("campaign_id")).count()), "append"
+    if kind == "map_stateless":
+        return f.map_in_arrow(_first_two_columns, "campaign_id STRING, user_id STRING"), "append"
     raise ValueError(kind)
+
+
+def _not_u3(users):
+    import pyarrow.compute as pc
+    return pc.not_equal(users, "u3")
+
+
+def _first_two_columns(batches):
+    for b in batches:
+        yield b.select(["campaign_id", "user_id"])
 
 
 def _writer(input_url: str, checkpoint: str, kind: str, out: dict, log_url: str | None = None):
@@ -103,7 +119,7 @@ def _run_fanned_out(writer) -> int:
         batches += 1
 
 
-@pytest.mark.parametrize("kind", ["window", "update", "dedup", "stateless"])
+@pytest.mark.parametrize("kind", ["window", "update", "dedup", "stateless", "udf_window", "map_stateless"])
 def test_fanned_out_batches_match_the_local_runner(tmp_path, kind):
     input_url = str(tmp_path / "in")
     _put_inputs(input_url)

@@ -45,6 +45,10 @@ def changed_aggregate():
     return _write(_agg(_clicks(), aggs=[F.count(), F.max("event_time").alias("last")]))
 
 
+def changed_aggregate_same_schema():   # count(*) -> count(user_id) AS count: the state schema stays
+    return _write(_agg(_clicks(), aggs=[F.count("user_id").alias("count")]))
+
+
 def changed_watermark_column():
     return _write(_agg(_clicks(), col="ts2"))
 

@@ -81,6 +81,8 @@ def test_allowed_changes_exit_0(env, fn):
 @pytest.mark.parametrize("fn,change,rule", [
     ("changed_key", "grouping key changed", "grouping keys of a stateful operation are not allowed"),
     ("changed_aggregate", "aggregate changed", "aggregates of a stateful operation are not allowed"),
+    ("changed_aggregate_same_schema", "aggregate changed: count(*) AS count -> count(user_id) AS count",
+     "even when their schema stays the same"),
     ("changed_watermark_column", "watermark column changed: ['event_time'] -> ['ts2']",
      "event-time column of with_watermark cannot change"),
     ("more_partitions", "number of state partitions changed: 2 -> 3", "increments repartition"),

@@ -74,9 +74,11 @@ def test_udfs_in_select_filter_and_with_column_batch_by_batch(tmp_path):
 def test_udf_in_sql_text_and_nested_calls(tmp_path):
     src = _src(tmp_path, [[{"k": "x", "v": 3, "ts": "2024-01-01T10:00:00Z"}, {"k": "y", "v": 6, "ts": "2024-01-01T10:00:00Z"}]])
     norm = F.udf(norm_key)   # the return type defaults to STRING, as in PySpark
-    out = src.filter(f"{doubled('v')} > 10 AND k = 'y'").select("*", norm(F.udf(lambda s: s.upper() + " ")("k")))
+    out = (src.filter(f"{doubled('v')} > 10 AND k = 'y'")
+           .select("*", norm(F.udf(lambda s: s.upper() + " ")("k")), doubled(F.col("v")), doubled("v + 1")))
     batches, _ = _run(out, tmp_path)
-    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y"}]}
+    assert batches == {0: [{"k": "y", "v": 6, "ts": batches[0][0]["ts"], "norm_key(<lambda>(k))": "y", "doubled(v)": 12,
+                            "doubled(v + 1)": 14}]}
 
 
 def test_udf_group_by_key_before_a_windowed_aggregation(tmp_path):
@@ -138,6 +140,10 @@ def test_wrong_results_fail_the_batch_naming_the_value(tmp_path):
     with pytest.raises(StreamingQueryException, match=r"returned 'x', which is not a int64 on row 1 of the batch, "
                                                       r"input \(2\)"):
         q.await_termination()
+    q = _writer(src.select(F.pandas_udf(lambda v: v.astype(object).where(v == 1, "two"), "bigint")("v")), tmp_path).start()
+    with pytest.raises(StreamingQueryException, match=r"returned 'two', which is not a int64, on row 1 of the batch, "
+                                                      r"input \(2\)"):
+        q.await_termination()
     q = _writer(src.select(F.arrow_udf(lambda v: v.slice(0, 1), "bigint")("v")), tmp_path).start()
     with pytest.raises(StreamingQueryException, match="returned 1 values for 2 rows"):
         q.await_termination()
@@ -153,6 +159,10 @@ def test_refusals_before_any_batch(tmp_path):
         src.filter(F.udf(norm_key)("k"))
     with pytest.raises(TypeError, match="Python bool"):
         bool(doubled("v") > 1)
+    with pytest.raises(TypeError, match="a UDF call in an expectation's condition is not supported: compute it first"):
+        src.expect("even", f"{is_even('v')}")
+    with pytest.raises(TypeError, match="a UDF call in a join condition is not supported"):
+        src.join(pa.table({"x": [1]}), f"{doubled('v')} = x")
 
 
 def test_the_plan_and_increments_check_name_the_udf(tmp_path):
@@ -179,3 +189,43 @@ def test_the_plan_and_increments_check_name_the_udf(tmp_path):
     assert "Python functions changed since the last start" in report.text() and "key_v1 -> VARCHAR [code" in report.text()
     build(key_v2).start().await_termination()           # allowed: a stateless step (recorded for the next check)
     assert "Python functions changed" not in check(build(key_v2)).text()
+
+
+def _second_watermark(tmp_path, make):
+    src = _src(tmp_path, [[{"k": "a", "v": 1, "ts": "2024-01-01T10:00:00Z"}, {"k": "drop", "v": 2, "ts": "2024-01-01T10:30:00Z"},
+                           {"k": "c", "v": 3, "ts": "2024-01-01T10:25:00Z"}],
+                          [{"k": "d", "v": 4, "ts": "2024-01-01T10:26:00Z"}]])
+    out = make(src.with_watermark("ts", "5 minutes")).group_by(F.window("ts", "10 minutes")).count()
+    _, q = _run(out, tmp_path)
+    return q.recent_progress[1]["event_time"]["watermark"]
+
+
+def test_a_udf_filter_is_split_around_the_watermark_as_spark_splits_it(tmp_path):
+    """Conjuncts whose UDFs do not read the event time go below with_watermark (Spark's pushdown,
+    recorded in test_udf_spark_parity.py): the rows they drop never feed the watermark; a UDF of the
+    event time, and a conjunct on it, stay above."""
+    keep = F.udf(lambda s: s != "drop", "boolean")
+    minute_not_30 = F.udf(lambda t: t.minute != 30, "boolean")
+    # all below: max event time of a, c = 10:25
+    assert _second_watermark(tmp_path / "1", lambda f: f.filter(keep("k"))) == "2024-01-01T10:20:00.000Z"
+    # the UDF reads ts: above, the dropped 10:30 row feeds the watermark
+    assert _second_watermark(tmp_path / "2", lambda f: f.filter(minute_not_30("ts"))) == "2024-01-01T10:25:00.000Z"
+    # split: keep(k) below, the ts conjunct above (10:25 still feeds it)
+    cond = f"{keep('k')} AND ts < TIMESTAMPTZ '2024-01-01 10:20:00+00'"
+    assert _second_watermark(tmp_path / "3", lambda f: f.filter(cond)) == "2024-01-01T10:20:00.000Z"
+    # nested: a UDF over a UDF of ts stays above
+    nested = F.udf(lambda b: b, "boolean")(minute_not_30("ts"))
+    assert _second_watermark(tmp_path / "4", lambda f: f.filter(nested)) == "2024-01-01T10:25:00.000Z"
+    # a nondeterministic UDF stays above (Spark pushes deterministic predicates only)
+    random_keep = F.udf(lambda s: s != "drop", "boolean").as_nondeterministic()
+    assert _second_watermark(tmp_path / "5", lambda f: f.filter(random_keep("k"))) == "2024-01-01T10:25:00.000Z"
+
+
+def test_udfs_on_qualified_columns_after_a_stream_static_join(tmp_path):
+    src = _src(tmp_path, [[{"k": "a", "v": 1, "ts": "2024-01-01T10:00:00Z"}, {"k": "b", "v": 2, "ts": "2024-01-01T10:00:00Z"}]])
+    names = pa.table({"id": ["a", "b"], "name": ["alpha", "beta"]})
+    up = F.udf(lambda s: s.upper(), "string")
+    out = (src.alias("i").join(names, "i.k = id").filter(up("i.k") == "B")
+           .select("i.k", up("name"), up("i.k").alias("K")))
+    batches, _ = _run(out, tmp_path)
+    assert batches == {0: [{"k": "b", "<lambda>(name)": "BETA", "K": "B"}]}

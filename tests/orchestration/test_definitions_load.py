@@ -69,7 +69,7 @@ def test_batch_job_in_process_and_history_cli(tmp_path, monkeypatch):
     assert (stale.tags["increments/outcome"], stale.status) == ("refused", dg.DagsterRunStatus.FAILURE)
     assert "batch 0 is committed" in stale.tags["increments/reason"]
     mat = inst.get_latest_materialization_event(dg.AssetKey(["delta", "lake", "clicks_bronze"])).asset_materialization
-    assert mat.metadata["batch_id"].value == 1 and mat.metadata["num_output_rows"].value == ROWS_PER_FILE
+    assert mat.metadata["batch_id"].value == "1" and mat.metadata["num_output_rows"].value == ROWS_PER_FILE
     assert mat.partition is None
     assert isinstance(mat.metadata["dagster_run"], dg.DagsterRunMetadataValue)
     out = subprocess.run([sys.executable, "-m", "increments.cli", "history", "clicks_bronze"], cwd=REPO,

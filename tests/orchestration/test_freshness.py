@@ -47,7 +47,7 @@ class Clock:
 def _tick(defs, name: str, inst, cursor):
     sensor = defs.get_sensor_def(f"{name}_freshness")
     res = sensor(dg.build_sensor_context(instance=inst, cursor=cursor))
-    evs = [e for e in (res.asset_events or [])]
+    evs = [e for e in (res.asset_events or []) if isinstance(e, dg.AssetCheckEvaluation)]   # not the observations
     return (evs[0] if evs else None), res.cursor
 
 
@@ -156,3 +156,29 @@ def test_rules_derived_from_the_trigger(tmp_path):
     assert "processed within 2100 s" in spec_desc          # 3 x 600 s + 300 s grace
     an = _defs(root, "r2", {"available_now": True}, cron_schedule="30 2 * * *")
     assert "'30 2 * * *'" in an.get_sensor_def("r2_freshness").description
+
+
+def test_a_tick_before_the_query_or_instance_existed_is_not_held_against_it(tmp_path, monkeypatch):
+    """A daily AvailableNow query whose schedule's latest tick came 10 minutes before it (and the
+    instance watching it) existed is not stale at once; the next tick without a drain is."""
+    import datetime as dt
+    from orchestration import runner
+    root, name = str(tmp_path), "fresh_new"
+    clock = Clock(monkeypatch)
+    trigger = {"available_now": True}
+    write_files(root, name, 1)                              # pending work, no drain ever
+    rt = runner.build_runtime(_query(root, name, trigger), os.path.join(root, "lake", name), staging="memory")
+    try:
+        created = rt.meta.created_at_ms                     # the checkpoint exists from here on
+    finally:
+        runner.close_quietly(rt)
+    tick = dt.datetime.fromtimestamp(created / 1000 - 600, tz=dt.timezone.utc)
+    defs = _defs(root, name, trigger, cron_schedule=f"{tick.minute} {tick.hour} * * *",
+                 freshness_grace="5 minutes", schedule_status="stopped")
+    clock.ms = created + 60_000                             # the tick was 11 minutes ago, grace 5
+    with _instance(tmp_path) as inst:
+        ev, cur = _tick(defs, name, inst, None)
+        assert ev.passed and "came before this query" in ev.description
+        clock.ms = created + 24 * HOUR_MS                   # the next day's tick + 10 minutes, no drain
+        ev, cur = _tick(defs, name, inst, cur)
+        assert not ev.passed and "no AvailableNow drain started" in ev.description

@@ -33,6 +33,6 @@ def test_dagster_asset_materialize_select_runs_the_next_batch(tmp_path):
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert (run.tags["increments/outcome"], run.tags["increments/batch_id"]) == ("committed", "0")
         mat = inst.get_latest_materialization_event(dg.AssetKey(["files", "lake", "manual_copy"]))
-        assert mat.run_id == run.run_id and mat.asset_materialization.metadata["batch_id"].value == 0
+        assert mat.run_id == run.run_id and mat.asset_materialization.metadata["batch_id"].value == "0"
     import increments as inc
     assert inc.read.parquet_sink(os.path.join(root, "lake", "manual_copy")).num_rows == ROWS_PER_FILE

@@ -101,3 +101,18 @@ def test_decimal_keys_order_and_keep_their_scale():
         encode_key((D("9" * 39),))
     with pytest.raises(TypeError, match="not finite"):
         encode_key((D("NaN"),))
+
+
+def test_nested_keys_order_as_spark_and_round_trip():
+    """STRUCT keys (dicts / tuples) compare field by field, lists element by element with a shorter
+    prefix first; a NULL struct sorts first and differs from a struct of NULLs."""
+    from state.encoding import decode_key, encode_key
+    lists = [None, [], [None], ["a"], ["a", None], ["a", "b"], ["b"]]
+    for a, b in zip(lists, lists[1:]):
+        assert encode_key((a,)) < encode_key((b,))
+    structs = [None, (None, None), (None, 1), (1, None), (1, 2), (2, 0)]
+    for a, b in zip(structs, structs[1:]):
+        assert encode_key((a,)) < encode_key((b,))
+    assert encode_key(({"x": 1, "y": [1, 2]}, "k")) == encode_key(((1, [1, 2]), "k"))
+    for v in lists + structs + [((1, ["x"]), [(2, None)])]:
+        assert decode_key(encode_key((v, 7))) == (v, 7)

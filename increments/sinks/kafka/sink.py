@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import AnalysisException, IncrementsError
+from ...options import sink_options
 from ...redaction import logger as redacting_logger
 from ..base import Sink, SinkContext, SinkResult
 from . import rows as R
@@ -59,14 +60,15 @@ class KafkaSinkError(IncrementsError):
 
 class KafkaSink(Sink):
     def __init__(self, options: dict[str, Any]):
-        conf = {k[len("kafka."):]: v for k, v in options.items() if isinstance(k, str) and k.startswith("kafka.")}
+        o = sink_options("kafka", options, "format('kafka')")
+        conf = {k[len("kafka."):]: v for k, v in o.passthrough.items()}
         if not conf.get("bootstrap.servers"):
             raise AnalysisException("format('kafka'): option 'kafka.bootstrap.servers' must be specified for "
                                     "configuring the Kafka producer: .option('kafka.bootstrap.servers', 'host:9092')")
         for k, why in _REFUSED.items():
             if k in conf:
                 raise AnalysisException(f"format('kafka'): Kafka option 'kafka.{k}' is not supported: {why}")
-        self.guarantee = str(options.get("delivery_guarantee", "exactly_once")).lower()
+        self.guarantee = o["delivery_guarantee"]
         if self.guarantee not in GUARANTEES:
             raise AnalysisException(f"format('kafka'): delivery_guarantee={self.guarantee!r}: use 'exactly_once' "
                                     "(the default) or 'at_least_once'")
@@ -76,9 +78,9 @@ class KafkaSink(Sink):
         conf.setdefault("partitioner", "murmur2_random")
         conf.setdefault("enable.idempotence", True)
         self.conf = conf
-        self.topic = options.get("topic")
-        self.marker_topic = str(options.get("marker_topic") or MARKER_TOPIC)
-        self.prefix = str(options.get("transactional_id_prefix", "increments-"))
+        self.topic = o["topic"]
+        self.marker_topic = o["marker_topic"] or MARKER_TOPIC
+        self.prefix = o["transactional_id_prefix"]
         self._w: _Writer | None = None
 
     @property
