@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 import dagster as dg
 
-from increments.options import writer_options
+from increments.options import refuse_unknown, writer_options
 
 from .ops import QUERY_TAG, make_ops
 
@@ -103,6 +103,14 @@ class QuerySpec:
         return {QUERY_TAG: self.name, **self.extra_tags}
 
 
+#: the options of @streaming_query / query_definitions: QuerySpec's settable fields, plus those
+#: make_spec and maintenance.pop_options take out first; any other key is refused naming the nearest
+SPEC_OPTIONS = ({"cron_schedule", "sensor_status", "schedule_status", "max_retries", "retry_delay_s", "sensor_interval_s",
+                 "batch_partitions", "halt_webhook", "extra_tags", "executor", "freshness_grace", "fanout",
+                 "compact_cron", "compact_schedule_status", "compact_z_order", "compact_target_size",
+                 "vacuum_retention"})
+
+
 def streaming_query(path: str | None = None, **options: Any) -> Callable:
     """Decorator registering a writer factory; options go to query_definitions (cron_schedule, ...)."""
     def deco(fn: Callable) -> Callable:
@@ -130,6 +138,7 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     srcs = [node.source for node in w.frame.node.walk() if isinstance(node, SourceNode)]
     src_assets = [a for i, src in enumerate(srcs) for a in source_assets(src, key, i, asset_root)]
     sink_key, sink_desc = sink_asset(s, path, key, asset_root)
+    refuse_unknown(options, SPEC_OPTIONS, f"@streaming_query / query_definitions of query {name!r}")
     interval_s = max(5, int(s.trigger.interval_ms / 1000)) if s.trigger.kind == "processing_time" else 5
     if options.get("halt_webhook") is None:
         options["halt_webhook"] = os.environ.get("INCREMENTS_HALT_WEBHOOK") or None

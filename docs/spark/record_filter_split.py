@@ -40,6 +40,8 @@ def run(spark, name, sc, base):
                 f.write(json.dumps(r) + "\n")
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # Spark takes files in mtime order
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(d).withWatermark("ts", "10 minutes")
+    for step in sc.get("before", []):
+        df = df.select(*step[1]) if step[0] == "select" else df.withColumn(step[1], F.expr(step[2]))
     for c in sc["filters"]:
         df = df.filter(c)
     q = df.groupBy(F.window("ts", "10 minutes")).count()

@@ -183,8 +183,97 @@ def split_around_watermark(condition: str, column: str) -> tuple[list[str], list
     return ([t for t, d in zip(texts, goes_down) if d], [t for t, d in zip(texts, goes_down) if not d])
 
 
+def _over_watermark(node: n.Node) -> bool:
+    """Whether `node` is a run of select/with_column nodes right above a with_watermark."""
+    while isinstance(node, (n.Select, n.WithColumn)):
+        node = node.child
+    return isinstance(node, n.WithWatermark)
+
+
+def _column_roots(e: dict) -> list[str] | None:
+    """The columns the parsed expression reads (lower case), or None when one is qualified or a
+    struct field (`a.b`): too ambiguous to push through a projection."""
+    out = []
+    for x in _walk(e):
+        if x.get("class") == "COLUMN_REF":
+            names = x.get("column_names") or []
+            if len(names) != 1:
+                return None
+            out.append(str(names[0]).lower())
+    return out
+
+
+def _passthrough(node: n.Node) -> set[str] | None:
+    """The columns a deterministic select/with_column passes on unchanged (lower case), or None
+    when it is not deterministic (Spark pushes a filter only through a deterministic Project)."""
+    if isinstance(node, n.WithColumn):
+        parsed = _parse_where(node.expr)
+        if parsed is None or not deterministic(parsed[1]):
+            return None
+        return _AllBut({node.name.lower()})
+    assert isinstance(node, n.Select)
+    out: set[str] = set()
+    for e in node.exprs:
+        bare = e.strip()
+        if len(bare) > 1 and bare[0] == bare[-1] == '"':
+            bare = bare[1:-1].replace('""', '"')
+        if bare.isidentifier():
+            out.add(bare.lower())
+            continue
+        parsed = _parse_select(e)
+        if parsed is None or not deterministic(parsed):
+            return None
+    return out
+
+
+class _AllBut(set):
+    """Every column but these (a with_column passes on all of its input's others)."""
+
+    def __contains__(self, name: object) -> bool:
+        return not set.__contains__(self, name)
+
+
+def _parse_select(expr: str) -> dict | None:
+    try:
+        tree = json.loads(duckdb_connection().execute("SELECT json_serialize_sql(?)", [f"SELECT {expr} FROM __t"])
+                          .fetchall()[0][0])
+        if tree.get("error"):
+            return None
+        return {"list": tree["statements"][0]["node"]["select_list"]}
+    except (duckdb.Error, KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def split_through_projection(condition: str, node: n.Node) -> tuple[list[str], list[str]]:
+    """(conjuncts that go below the select/with_column `node`, those that stay above) of
+    `condition`: as Spark pushes a filter through a deterministic Project, a deterministic
+    conjunct that reads only columns the node passes on unchanged goes below it (on its way to a
+    watermark below: push_filters_below_watermarks). A conjunct reading a computed column stays
+    above (Spark would substitute its expression; not done here)."""
+    passthrough = _passthrough(node)
+    parsed = _parse_where(condition) if passthrough is not None else None
+    if parsed is None:
+        return [], [condition]
+    tree, where = parsed
+    conjs = _conjuncts(where)
+
+    def goes(c: dict) -> bool:
+        roots = _column_roots(c)
+        return deterministic(c) and roots is not None and all(r in passthrough for r in roots)
+    goes_down = [goes(c) for c in conjs]
+    if not any(goes_down):
+        return [], [condition]
+    if all(goes_down):
+        return [condition], []
+    texts = [_where_sql(tree, c) for c in conjs]
+    if any(t is None for t in texts):
+        return [], [condition]
+    return ([t for t, d in zip(texts, goes_down) if d], [t for t, d in zip(texts, goes_down) if not d])
+
+
 def push_filters_below_watermarks(node: n.Node) -> n.Node:
-    """`node` with the filters right above each with_watermark split around it (split_around_watermark):
+    """`node` with the filters right above each with_watermark split around it (split_around_watermark),
+    also through deterministic select/with_column nodes between them (split_through_projection):
     a chain of filters is combined first (Spark's CombineFilters), so every conjunct of every filter
     of the chain is placed; the conjuncts that go below keep their order, below the watermark, as
     do the others above it. A filter reading UDF results is placed alike (plan/udf_pushdown.py).
@@ -198,6 +287,18 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
             conds.insert(0, below.condition)          # innermost first
             below = below.child
         child = push_filters_below_watermarks(below)
+        if isinstance(child, (n.Select, n.WithColumn)) and _over_watermark(child):
+            down, up = [], []
+            for c in conds:
+                d, u = split_through_projection(c, child)
+                down += d
+                up += u
+            if down:
+                inner = child.child
+                for c in down:
+                    inner = n.Filter(inner, c)
+                child = dataclasses.replace(child, child=push_filters_below_watermarks(inner))
+            conds = up
         if isinstance(child, n.WithWatermark):
             down: list[str] = []
             up: list[str] = []

@@ -2,7 +2,7 @@
 (filter_split_spark_expected.py, recorded by docs/spark/record_filter_split.py on exactly these files).
 
 Each scenario: a file source (SCHEMA, one file per batch) -> with_watermark("ts", "10 minutes") ->
-the scenario's filters, applied in order -> group_by(window("ts", "10 minutes")).count(), in the
+the scenario's `before` steps (select / with_column), then its filters, applied in order -> group_by(window("ts", "10 minutes")).count(), in the
 scenario's output mode. Spark splits a filter over the watermark at its ANDs: the conjuncts that do
 not reference ts are applied below it (the rows they drop never feed the max event time, and a JSON
 scan gets them pushed, so numInputRows excludes those rows); the others above it. Times are
@@ -36,4 +36,9 @@ SCENARIOS = {
     "literal_spells_column": {"filters": ["k != 'ts' AND v >= 3"]},
     "event_time_first": {"filters": [f"{BEFORE_11} AND (v >= 3 AND k != 'ts')"]},
     "or_stays_above": {"filters": ["v >= 3 OR ts < TIMESTAMP '2024-01-01 10:30:00'"]},
+    # a projection or with_column between with_watermark and the filter: Spark pushes the filter
+    # through it (PushPredicateThroughNonJoin over a deterministic Project), then splits it
+    "select_then_filter": {"before": [("select", ["k", "v", "ts"])], "filters": [f"v >= 3 AND {BEFORE_11} AND k != 'ts'"]},
+    "with_column_then_filter": {"before": [("with_column", "w", "v * 10")],
+                                "filters": [f"v >= 3 AND {BEFORE_11} AND k != 'ts'"]},
 }

@@ -32,6 +32,8 @@ def _run(tmp_path, name):
     sc = SCENARIOS[name]
     d = write_files(str(tmp_path / "in"), FILES)
     frame = inc.read_stream.files(d, "json", SCHEMA, max_files_per_trigger=1).with_watermark("ts", "10 minutes")
+    for step in sc.get("before", []):
+        frame = frame.select(*step[1]) if step[0] == "select" else frame.with_column(step[1], step[2])
     for c in sc["filters"]:
         frame = frame.filter(c)
     frame = frame.group_by(F.window("ts", "10 minutes")).count()
@@ -72,3 +74,15 @@ def test_split_at_conjuncts_from_the_parsed_expression():
     assert split_around_watermark("random() < 0.5", "ts") == ([], ["random() < 0.5"])
     # not parseable by DuckDB: kept above, whole
     assert split_around_watermark("v >= (3", "ts") == ([], ["v >= (3"])
+
+
+def test_split_through_a_projection():
+    from increments.plan import nodes as n
+    from increments.plan.pushdown import split_through_projection
+    cond = "v >= 3 AND w > 1"
+    # a column the node passes on unchanged goes below; a computed one stays above
+    assert split_through_projection(cond, n.WithColumn(None, "w", "v * 10")) == (["(v >= 3)"], ["(w > 1)"])
+    assert split_through_projection(cond, n.Select(None, ("k", '"v"', "v * 10 AS w"))) == (["(v >= 3)"], ["(w > 1)"])
+    # not through a non-deterministic projection (as Spark), nor a star select (columns unknown here)
+    assert split_through_projection("v >= 3", n.WithColumn(None, "w", "random()")) == ([], ["v >= 3"])
+    assert split_through_projection("v >= 3", n.Select(None, ("*",))) == ([], ["v >= 3"])

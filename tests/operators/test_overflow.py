@@ -107,3 +107,9 @@ def test_expression_overflow_names_the_column_or_filter(tmp_path):
     assert "column 'doubled'" in str(err) and "batch 0" in str(err)
     err = _fails(tmp_path, [[{"k": "a", "x": MAX}]], lambda f: f.filter("x + x > 0"), "filt")
     assert "filter condition" in str(err)
+
+
+def test_cast_out_of_range_raises_naming_the_column(tmp_path):
+    """Spark 4 ANSI: CAST_OVERFLOW; DuckDB's Conversion Error ... out of range, named the same way."""
+    err = _fails(tmp_path, [[{"k": "a", "x": 2 ** 40}]], lambda f: f.select("k", "CAST(x AS INTEGER) AS i"), "cast")
+    assert "column 'i'" in str(err) and "batch 0" in str(err) and "out of range" in str(err)
