@@ -153,6 +153,9 @@ def _call(out: list[tuple[str, str]], ctx: _Ctx) -> None:
         elif _is_list(t):
             out[-2:] = [("atom", f"CAST(len({arg}) AS INTEGER)")]
             ctx.changed = True
+        elif t is not None:
+            raise AnalysisException(f"size({arg}) needs an ARRAY or MAP argument, not {t} (explode, posexplode and "
+                                    "size take arrays and maps; DATATYPE_MISMATCH.UNEXPECTED_INPUT_TYPE)")
     elif fn == "get":
         parts = _split_args(arg)
         if len(parts) == 2 and _is_list(ctx.type_of(parts[0])):
@@ -210,7 +213,8 @@ def _unquote(tok: str) -> str:
 
 def _spark_name(expr: str) -> str:
     """Spark's name of an unaliased item with a subscript: the text, a string key unquoted."""
-    return re.sub(r"\[\s*'((?:[^']|'')*)'\s*\]", lambda m: "[" + m.group(1).replace("''", "'") + "]", expr.strip())
+    text = "".join(_unquote(t) if t.startswith('"') else t for t in _tokens(expr.strip()))
+    return re.sub(r"\[\s*'((?:[^']|'')*)'\s*\]", lambda m: "[" + m.group(1).replace("''", "'") + "]", text)
 
 
 def generator_of(item: str) -> tuple[str, str, list[str] | None] | None:
