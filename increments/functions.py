@@ -137,9 +137,19 @@ def last(column: str) -> AggExpr:
     return AggExpr("last", column)
 
 
-def col(name: str) -> str:
-    """A column reference as SQL text (expressions are DuckDB SQL)."""
-    return duckdb_ident(name)
+def col(name: str) -> "Column":
+    """A column reference as SQL text (expressions are DuckDB SQL), read as PySpark's col(): a dotted
+    name is a nested field (`col("e.user.id")`: "e"."user"."id"), `e.*` a struct's fields, and a
+    name in backticks is one column whatever it holds (`col("`a.b`")`)."""
+    import re
+    name = str(name)
+    if name == "*" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.\*", name):
+        return Column(name)
+    if len(name) > 1 and name[0] == name[-1] == "`":
+        return Column(duckdb_ident(name[1:-1].replace("``", "`")))
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", name):
+        return Column(".".join(duckdb_ident(p) for p in name.split(".")))
+    return Column(duckdb_ident(name))
 
 
 def expr(sql: str) -> str:
@@ -154,10 +164,21 @@ class Column(str):
         if not names:
             raise TypeError("alias needs a name")
         if len(names) == 1:
-            return Column(f"{self} AS {col(names[0])}")
-        return Column(f"{self} AS ({', '.join(col(n) for n in names)})")
+            return Column(f"{self} AS {duckdb_ident(names[0])}")
+        return Column(f"{self} AS ({', '.join(duckdb_ident(n) for n in names)})")
 
     name = alias
+
+    def getItem(self, key) -> "Column":  # noqa: N802 - PySpark's name
+        """An ARRAY's element (0-based, as Spark's []) or a MAP's value: `col("tags").getItem(0)`."""
+        k = "'" + key.replace("'", "''") + "'" if isinstance(key, str) else str(int(key))
+        return Column(f"{self}[{k}]")
+
+    def getField(self, name: str) -> "Column":  # noqa: N802 - PySpark's name
+        """A STRUCT's field: `col("e").getField("n")`."""
+        return Column(f"{self}.{duckdb_ident(name)}")
+
+    get_item, get_field = getItem, getField
 
 
 def _arg(column: str) -> str:
@@ -191,3 +212,20 @@ def posexplode_outer(column: str) -> Column:
 def size(column: str) -> Column:
     """The number of elements of an ARRAY or entries of a MAP; NULL for NULL (Spark 4, ANSI)."""
     return Column(f"size({_arg(column)})")
+
+
+def struct(*columns: str) -> Column:
+    """A STRUCT of the columns (Spark's struct(); `struct("*")` of every column), each field named
+    after its column (or alias)."""
+    return Column(f"struct({', '.join(_arg(c) if c != '*' else '*' for c in columns)})")
+
+
+def to_json(column: str) -> Column:
+    """A STRUCT, ARRAY or MAP as JSON text (e.g. a Kafka sink's value: to_json(struct("*")))."""
+    return Column(f"to_json({_arg(column)})")
+
+
+def from_json(column: str, schema: str) -> Column:
+    """JSON text into a STRUCT of `schema` (a DDL string), by Spark's PERMISSIVE rules (NULL for
+    what does not convert); parse_json is the same for a whole frame."""
+    return Column(f"from_json({_arg(column)}, '{str(schema).replace(chr(39), chr(39) * 2)}')")

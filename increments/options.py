@@ -309,6 +309,16 @@ def _nearest(key: str, candidates: list[str]) -> str:
     return f"; did you mean {hit!r}?"
 
 
+def refuse_unknown(keys: Iterable[str], valid: Iterable[str], where: str, what: str = "option") -> None:
+    """OptionError for the first of `keys` not in `valid`, naming the nearest valid one (for the
+    option sets declared elsewhere: @streaming_query's, in orchestration/factory.py)."""
+    valid = sorted(valid)
+    for key in keys:
+        if key not in valid:
+            raise OptionError(f"{where}: unknown {what} {key!r}{_nearest(key, valid)} Valid {what}s here: "
+                              f"{', '.join(valid)}")
+
+
 def resolve(raw: Mapping[str, Any], scopes: Iterable[Scope], where: str, what: str = "option",
             required: bool = True) -> Options:
     """Check `raw` against `scopes` (module doc); OptionError on the first problem. required=False:
@@ -399,7 +409,8 @@ def source_options(kind: str, options: Mapping[str, Any], where: str) -> dict[st
 
 def _check_kafka_properties(client: dict[str, Any], ours: list[str], where: str) -> None:
     """Refuse a name librdkafka does not know (it says so when a client is configured; no
-    connection is made), naming our nearest option when it looks like a misspelling of one."""
+    connection is made), naming our nearest option when it looks like a misspelling of one. Only
+    the name is checked here: values are the consumer's to judge when the source opens."""
     if not client:
         return
     from confluent_kafka import Consumer, KafkaException     # noqa: PLC0415 - only with client properties
@@ -414,4 +425,5 @@ def _check_kafka_properties(client: dict[str, Any], ours: list[str], where: str)
                 raise OptionError(f"{where}: unknown keyword option {k!r}{_nearest(k, ours)} It is not one of "
                                   f"{', '.join(o.name for o in SOURCES['kafka'].options)} nor a Kafka consumer "
                                   f"property ({reason})") from None
-            raise OptionError(f"{where}: Kafka consumer property {prop}={v!r}: {reason}") from None
+            # another complaint (a file named by an ssl.* property that exists only where the query
+            # runs, a value that needs another property): the consumer reports it when the source opens

@@ -129,7 +129,7 @@ def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class RedactingFilter(logging.Filter):
-    """Applies redact() to a record's message (its arguments merged in first)."""
+    """Applies redact() to a record's message (its arguments merged in first) and traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -139,7 +139,12 @@ class RedactingFilter(logging.Filter):
         red = redact(msg)
         if red != msg or record.args:
             record.msg, record.args = red, None
+        if record.exc_info and not record.exc_text:    # the traceback a handler prints (Formatter uses exc_text)
+            record.exc_text = redact(_FORMATTER.formatException(record.exc_info))
         return True
+
+
+_FORMATTER = logging.Formatter()
 
 
 _FILTER = RedactingFilter()

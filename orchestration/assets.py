@@ -14,9 +14,9 @@ directory when under it, else absolute); URLs keep their scheme and bucket (s3/b
 their credentials. Two queries reading one topic share its asset; a query reading the Delta table
 another query writes is downstream of it: bronze -> silver -> gold is a chain in the asset graph.
 
-Each sink is partitioned by batch (a dynamic partition per committed batch; key = the batch id, or
-`<query>-<batch id>` when several queries write the table), so the sink's event list shows the batch
-of every materialization and the Partitions tab finds batch N. `batch_partitions=False` turns it off.
+A sink is not partitioned: each materialization is one committed batch (metadata batch_id, its run
+tagged increments/batch_id), so Materialize needs no partition key; factory.make_batch_asset makes
+the spec of a sink one query writes a graph-backed asset.
 """
 from __future__ import annotations
 
@@ -115,13 +115,9 @@ def _kafka(topic: Any, query_key: str) -> tuple[dg.AssetKey, str]:
     return dg.AssetKey(["kafka", _part(str(topic))]), f"Kafka topic {topic}"
 
 
-def partitions_name(key: dg.AssetKey) -> str:
-    return "batches__" + re.sub(r"[^A-Za-z0-9_]", "_", "__".join(key.path))[:200]
-
-
 def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
-    """One AssetSpec per key across all queries: sinks (with deps on their sources, partitioned by
-    batch) and the sources no query of this location writes. Kinds: orchestration/metadata.py."""
+    """One AssetSpec per key across all queries: sinks (with deps on their sources) and the sources
+    no query of this location writes. Kinds: orchestration/metadata.py."""
     from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
@@ -136,16 +132,14 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     for key, ws in writers.items():
         deps = sorted({k for s in ws for k, _ in s.source_assets if k != key}, key=lambda k: k.path)
         names = ", ".join(s.name for s in ws)
-        parts = (dg.DynamicPartitionsDefinition(name=partitions_name(key))
-                 if all(s.batch_partitions for s in ws) else None)
         md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
         out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),
-                                partitions_def=parts,
                                 description=f"{ws[0].sink_description}, written by streaming query {names}: one "
                                             "materialization per committed micro-batch"
-                                            + (" (partition = batch id)" if parts else ""),
+                                            + (" (Materialize runs the next batch)" if len(ws) == 1 else
+                                               " (launch a writer's <query>_batch job to run its next batch)"),
                                 metadata=md))
     for key, names in readers.items():
         if key in writers:

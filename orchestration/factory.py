@@ -3,7 +3,10 @@
 A registered query is a function returning an increments DataStreamWriter, not started
 (`frame.write_stream.format(...).checkpoint_location(...).query_name(...).trigger(...)`).
 For each one `query_definitions` builds:
-- job `<q>_batch`: plan -> read -> process -> write -> commit (one run = one micro-batch), tagged
+- the sink as a graph-backed asset (factory.make_batch_asset): one materialization = one
+  micro-batch, its ops plan -> read -> process -> write -> commit, so Materialize in the asset
+  graph (or `dagster asset materialize --select <key>`, no partition) runs the next batch;
+- job `<q>_batch`: that asset's job (one run = one micro-batch), tagged
   increments/query=<q> so the run queue's tag limit keeps one run of the query in flight;
   run retries on (tag dagster/max_retries); executor per query (`executor=`: "in_process" by
   default, "multiprocess", or a Dagster ExecutorDefinition such as dagster_k8s.k8s_job_executor).
@@ -11,13 +14,19 @@ For each one `query_definitions` builds:
   fans its process step out per state partition
   (read -> partition[p] for each p -> join; execution/partitioned.py), so the executor spreads a
   batch over processes or machines; other plans keep one process op (its description says why).
+  A table several queries write stays one asset (Dagster allows one definition per key): an
+  asset spec that each writer's `<q>_batch` (then an op job over the same graph) materializes by
+  event; Materialize is not offered for it (which query's batch would it run?): launch a
+  writer's job. A Materialize from the asset graph runs in Dagster's own asset job, without the
+  job's tags: the plan op tags the run increments/query, the location's default executor is the
+  queries' (default_executor), and the shipped dagster.yaml retries crashed runs only;
 - job `<q>_available_now`: fixes an AvailableNow drain's targets (launch it from the UI);
 - sensor `<q>_trigger`: requests the next batch run while none is in flight, when a drain is
   active or (processing_time queries) there is new data or time-based work;
 - schedule `<q>_available_now_schedule` (available_now queries): starts a drain on a cron;
 - assets named by what the query reads and writes (orchestration/assets.py: kafka/<topic>,
-  files/<path>, delta/<path>, postgres/<table>), so lineage spans queries; the sink is partitioned by
-  batch; asset checks on the sink.
+  files/<path>, delta/<path>, postgres/<table>), so lineage spans queries; batch N is the run tagged
+  increments/batch_id=N and the materialization with metadata batch_id N; asset checks on the sink.
 
 Failures: each op retries with exponential backoff (RetryPolicy: `max_retries`, `retry_delay_s`);
 a run that still fails is not retried as a run (tag dagster/retry_on_asset_or_op_failure=false;
@@ -39,7 +48,7 @@ from typing import Any, Callable
 
 import dagster as dg
 
-from increments.options import writer_options
+from increments.options import refuse_unknown, writer_options
 
 from .ops import QUERY_TAG, make_ops
 
@@ -65,7 +74,6 @@ class QuerySpec:
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_delay_s: float = DEFAULT_RETRY_DELAY_S
     sensor_interval_s: int = 5
-    batch_partitions: bool = True
     halt_webhook: str | None = None
     extra_tags: dict[str, str] = field(default_factory=dict)
     shared_sink: bool = False          # set by build_definitions when several queries write the sink
@@ -84,11 +92,6 @@ class QuerySpec:
     def check_name(self, rule: str) -> str:
         return f"{self.key}_{rule}" if self.shared_sink else rule
 
-    def partition_key(self, batch_id: int) -> str | None:
-        if not self.batch_partitions:
-            return None
-        return f"{self.name}-{batch_id}" if self.shared_sink else str(batch_id)
-
     @property
     def job_tags(self) -> dict[str, str]:
         return {QUERY_TAG: self.name, "dagster/max_retries": str(self.max_retries),
@@ -98,6 +101,14 @@ class QuerySpec:
     @property
     def drain_job_tags(self) -> dict[str, str]:
         return {QUERY_TAG: self.name, **self.extra_tags}
+
+
+#: the options of @streaming_query / query_definitions: QuerySpec's settable fields, plus those
+#: make_spec and maintenance.pop_options take out first; any other key is refused naming the nearest
+SPEC_OPTIONS = ({"cron_schedule", "sensor_status", "schedule_status", "max_retries", "retry_delay_s", "sensor_interval_s",
+                 "batch_partitions", "halt_webhook", "extra_tags", "executor", "freshness_grace", "fanout",
+                 "compact_cron", "compact_schedule_status", "compact_z_order", "compact_target_size",
+                 "vacuum_retention"})
 
 
 def streaming_query(path: str | None = None, **options: Any) -> Callable:
@@ -127,6 +138,7 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     srcs = [node.source for node in w.frame.node.walk() if isinstance(node, SourceNode)]
     src_assets = [a for i, src in enumerate(srcs) for a in source_assets(src, key, i, asset_root)]
     sink_key, sink_desc = sink_asset(s, path, key, asset_root)
+    refuse_unknown(options, SPEC_OPTIONS, f"@streaming_query / query_definitions of query {name!r}")
     interval_s = max(5, int(s.trigger.interval_ms / 1000)) if s.trigger.kind == "processing_time" else 5
     if options.get("halt_webhook") is None:
         options["halt_webhook"] = os.environ.get("INCREMENTS_HALT_WEBHOOK") or None
@@ -197,18 +209,18 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
         compact_definitions(spec, spec.compact) if spec.compact is not None else dg.Definitions())
 
 
-def make_batch_job(spec: QuerySpec) -> dg.JobDefinition:
-    """plan -> read -> process -> write -> commit; with fan-out, read yields one `partition` op
-    per state partition (dynamic outputs) and `join` collects them before write."""
+def make_batch_graph(spec: QuerySpec) -> dg.GraphDefinition:
+    """plan -> read -> process -> write -> commit (commit's output is the sink's materialization);
+    with fan-out, read yields one `partition` op per state partition (dynamic outputs) and `join`
+    collects them before write. Plan's `refused` output (a refusal) goes to commit as well (a fan-in:
+    commit runs when either came), which fails with it: one red step, no cascade."""
     ops = make_ops(spec)
     shape = ("plan, read (split per state partition), one op per partition, join, write, commit" if spec.fanout
              else "plan, read, process, write, commit")
 
-    @dg.job(name=f"{spec.key}_batch", tags=spec.job_tags, executor_def=resolve_executor(spec.executor),
-            description=f"One micro-batch of streaming query {spec.name}: {shape}. "
-                        "Launch with no config to run the next batch.")
-    def batch_job():
-        b = ops["plan"].alias("plan")()
+    @dg.graph(name=spec.key, description=f"One micro-batch of streaming query {spec.name}: {shape}.")
+    def batch_graph():
+        b, refused = ops["plan"].alias("plan")()
         if spec.fanout:
             parts = ops["read"].alias("read")(b)
             b = ops["join"].alias("join")(parts.map(ops["partition"].alias("partition")).collect())
@@ -216,9 +228,36 @@ def make_batch_job(spec: QuerySpec) -> dg.JobDefinition:
             for step in ("read", "process"):
                 b = ops[step].alias(step)(b)
         b = ops["write"].alias("write")(b)
-        ops["commit"].alias("commit")(b)
+        return ops["commit"].alias("commit")([b, refused])
 
-    return batch_job
+    return batch_graph
+
+
+def make_batch_asset(spec: QuerySpec, asset_spec: dg.AssetSpec) -> dg.AssetsDefinition:
+    """The sink as a graph-backed asset: one materialization = one micro-batch (Materialize in the
+    asset graph, or `dagster asset materialize --select <key>`, runs the next batch)."""
+    return dg.AssetsDefinition(node_def=make_batch_graph(spec), keys_by_input_name={},
+                               keys_by_output_name={"result": spec.sink_key}, specs=[asset_spec])
+
+
+def make_batch_job(spec: QuerySpec) -> Any:
+    """Job `<q>_batch`: the sink asset's job (its checks are evaluated by the commit op, not as
+    steps), or, for a table several queries write, the batch graph as an op job that records the
+    table's materialization as an event."""
+    desc = (f"One micro-batch of streaming query {spec.name}. Launch with no config (or Materialize "
+            f"{spec.sink_key.to_user_string()}) to run the next batch.")
+    if spec.shared_sink:
+        return make_batch_graph(spec).to_job(name=f"{spec.key}_batch", tags=spec.job_tags, description=desc,
+                                             executor_def=resolve_executor(spec.executor))
+    return dg.define_asset_job(f"{spec.key}_batch", selection=dg.AssetSelection.assets(spec.sink_key).without_checks(),
+                               tags=spec.job_tags, executor_def=resolve_executor(spec.executor), description=desc)
+
+
+def default_executor(specs: list[QuerySpec]) -> dg.ExecutorDefinition:
+    """The location's default executor, which Dagster's own asset job uses (a Materialize from
+    the asset graph): the queries' executor when they share one, else in_process."""
+    execs = {id(resolve_executor(sp.executor)): resolve_executor(sp.executor) for sp in specs}
+    return next(iter(execs.values())) if len(execs) == 1 else dg.in_process_executor
 
 
 def build_definitions(queries: list[Any], asset_root: str | None = None) -> dg.Definitions:
@@ -235,8 +274,12 @@ def build_definitions(queries: list[Any], asset_root: str | None = None) -> dg.D
         writers[sp.sink_key] = writers.get(sp.sink_key, 0) + 1
     for sp in specs:
         sp.shared_sink = writers[sp.sink_key] > 1
+    if not specs:
+        return dg.Definitions()
     parts = [spec_definitions(sp) for sp in specs]
-    return dg.Definitions.merge(dg.Definitions(assets=build_assets(specs)), *parts) if specs else dg.Definitions()
+    owner = {sp.sink_key: sp for sp in specs if not sp.shared_sink}
+    assets = [make_batch_asset(owner[a.key], a) if a.key in owner else a for a in build_assets(specs)]
+    return dg.Definitions.merge(dg.Definitions(assets=assets, executor=default_executor(specs)), *parts)
 
 
 def definitions_from_module(module: str) -> dg.Definitions:

@@ -19,9 +19,15 @@ idle stream (no new data) is fresh. The rule per trigger (grace: option `freshne
                         plus one batch's budget (3 x the sensor interval)
     once                no rule: the check passes, saying so
 
-The sensor (default status as the query's trigger sensor) evaluates every minute and reports an
-AssetCheckEvaluation when the result changes (and at least every 10 minutes), so the check's
-history shows when the query went stale and when it recovered. It asks sources side-effect free
+A cron tick before the query's checkpoint was created, or before the sensor's first evaluation
+(the instance or its schedule did not exist yet), is not held against the query.
+
+The commit op evaluates the check after every commit (commit_evaluation), so each materialization
+has its evaluation (never "Not evaluated"). The sensor (default status as the query's trigger
+sensor) evaluates every minute and reports an AssetCheckEvaluation when the result changes, when
+a batch was committed since its last report, and at least every 10 minutes, so the check's history
+shows when the query went stale and when it recovered; it also observes the query's source assets
+(observations.py: backlog, data version) when those change. It asks sources side-effect free
 (runner.pending_work, as the trigger sensor does).
 """
 from __future__ import annotations

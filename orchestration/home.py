@@ -30,11 +30,13 @@ def instance_yaml(sqlite: bool = False) -> str:
 def ensure_database(url: str) -> None:
     """CREATE DATABASE for the URL's database name if it does not exist (PostgreSQL, trust auth)."""
     import sqlalchemy as sa
+
+    from increments.identifiers import pg_text_ident
     base, name = url.rsplit("/", 1)
     admin = sa.create_engine(base + "/postgres", isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     with admin.connect() as c:
         if not c.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
-            c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            c.execute(sa.text(f"CREATE DATABASE {pg_text_ident(name)}"))
     admin.dispose()
 
 

@@ -22,6 +22,11 @@ import requests
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
+def timeout_scale() -> float:
+    """Factor on the tests' wait limits ($INCREMENTS_TEST_TIMEOUT_SCALE): not a speed assertion."""
+    return float(os.environ.get("INCREMENTS_TEST_TIMEOUT_SCALE", "1") or 1)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,6 +157,45 @@ class LocalDagster:
             raise RuntimeError(f"launchRun {job}: {res}")
         return res["run"]["runId"]
 
+    def materialize(self, asset_key: list[str]) -> str:
+        """Launch a materialization of one asset as the asset graph's Materialize button does
+        (Dagster's asset job, the asset selected, no partition, no config); the run id."""
+        q = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+                 ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+                 ... on InvalidSubsetError { message } ... on PipelineNotFoundError { message } } }"""
+        p = {"selector": {"repositoryLocationName": self.location, "repositoryName": "__repository__",
+                          "jobName": "__ASSET_JOB", "assetSelection": [{"path": asset_key}], "assetCheckSelection": []},
+             "runConfigData": {}, "mode": "default", "executionMetadata": {}}
+        res = self.gql(q, {"p": p})["launchRun"]
+        if res["__typename"] != "LaunchRunSuccess":
+            raise RuntimeError(f"materialize {asset_key}: {res}")
+        return res["run"]["runId"]
+
+    def reexecute(self, run_id: str, strategy: str = "ALL_STEPS") -> str:
+        """Re-execute a run as the run page's Re-execute button does; the new run's id."""
+        q = """mutation($p: ReexecutionParams!) { launchPipelineReexecution(reexecutionParams: $p) { __typename
+                 ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+        res = self.gql(q, {"p": {"parentRunId": run_id, "strategy": strategy}})["launchPipelineReexecution"]
+        if res["__typename"] != "LaunchRunSuccess":
+            raise RuntimeError(f"re-execute {run_id}: {res}")
+        return res["run"]["runId"]
+
+    def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's event log as the run page shows it: __typename, level, stepKey, message, and
+        for step failures failureMetadata.description."""
+        q = """query($id: ID!, $c: String) { logsForRun(runId: $id, afterCursor: $c) { __typename
+                 ... on EventConnection { cursor hasMore events { __typename
+                 ... on MessageEvent { level stepKey message }
+                 ... on ExecutionStepFailureEvent { failureMetadata { description } } } } } }"""
+        out: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            res = self.gql(q, {"id": run_id, "c": cursor})["logsForRun"]
+            out.extend(res.get("events", []))
+            if not res.get("hasMore"):
+                return out
+            cursor = res["cursor"]
+
     def run(self, run_id: str) -> dict[str, Any]:
         q = """query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { runId status startTime endTime
                  creationTime tags { key value } } } }"""
@@ -160,7 +204,9 @@ class LocalDagster:
         return res
 
     def wait_run(self, run_id: str, timeout: float = 120) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        """The run once it ended; `timeout` is scaled by $INCREMENTS_TEST_TIMEOUT_SCALE (default 1:
+        a loaded, shared machine may need 3 or more)."""
+        deadline = time.monotonic() + timeout * timeout_scale()
         while True:
             r = self.run(run_id)
             if r["status"] in TERMINAL:

@@ -3,14 +3,20 @@ increments.execution.steps. Data between ops is staged on disk in the checkpoint
 each op could run in its own process; each op re-loads batch N's plan from the log and refuses
 unless this Dagster run owns offsets[N] (steps.load_plan). rt.run_id is the Dagster run id.
 
+A run asks for a batch with its tags increments/batch_id (and increments/drain_id): the trigger
+sensor and the drain chain set them; a launch without them runs the next batch (wanted_batch).
+
 Outcomes (tag increments/outcome) and the run's status in the runs list:
-    committed   Success: the batch was committed (the sink's materialization, partition = batch id)
-    refused     Canceled: the run may not run this batch (see runner.refusal) or lost the log's
-                fence in a later step; nothing applied, never retried
-    idle        Canceled: nothing to do (no new data, no time-based work); never retried
+    committed   Success: the batch was committed (the sink's materialization, tag and metadata batch_id)
+    idle        Success: nothing to do (no new data, no time-based work): plan yields no output, the
+                later steps are skipped, tag increments/reason says so; nothing applied
+    refused     Failure in one step (commit, with the reason; read .. write skipped): the run may not run this
+                batch (see runner.refusal: a committed or future batch id, a re-execution of a
+                committed batch's run) or lost the log's fence in a later step; nothing applied,
+                never retried
     failed      Failure: a step still failed after its retries: the query halts (sensors.py); the
                 check `batch_errors` on the sink fails with the error
-Refused and idle runs carry increments/reason, also the run's cancel message. Each op retries with exponential backoff
+Refused and idle runs carry increments/reason. Each op retries with exponential backoff
 (spec.max_retries, spec.retry_delay_s); a retry rebuilds the run's runtime from the log. After a
 commit during an AvailableNow drain with more to do, the commit op queues the next batch run
 (chain.py): the drain runs at the pace of its runs, one run in flight.
@@ -35,14 +41,6 @@ DRAIN_TAG = "increments/drain_id"
 ATTEMPT_TAG = "increments/attempt"      # not set any more (metadata `attempt`); kept for old runs' readers
 CHAINED_TAG = "increments/after_run"
 ERRORS_CHECK = "batch_errors"
-
-PLAN_CONFIG = {
-    "batch_id": dg.Field(dg.Noneable(int), default_value=None,
-                         description="Run only if this is the next uncommitted batch (empty: the next batch)."),
-    "drain_id": dg.Field(dg.Noneable(str), default_value=None,
-                         description="The AvailableNow drain whose targets cap this batch (empty: the active "
-                                     "drain of an available_now query, else none)."),
-}
 
 
 def _rt(spec: Any, context: Any) -> Any:
@@ -73,27 +71,33 @@ def error_location(text: str) -> dict[str, Any]:
     return {"file": m.group(1), "line": int(m.group(2))} if m else {}
 
 
-def end_without_batch(context: Any, spec: Any, outcome: str, reason: str, batch_id: int | None = None) -> None:
-    """End the run as Canceled (grey in the runs list: it applied nothing) with outcome refused or
-    idle and the reason as tags and as the run's message. Never retried: Dagster retries failed
-    runs only, and the step's Failure disallows step retries."""
+def _short(reason: str) -> str:
+    return re.sub(r"^query '[^']*' \(id [^)]*\),?\s*", "", reason)      # the run's tags name the query
+
+
+def mark_idle(context: Any, spec: Any, reason: str) -> None:
+    """Nothing to do: tag the run (outcome idle, the reason) and end the plan step without its
+    outputs, so every later step is skipped and the run succeeds (no failure, nothing applied)."""
     from . import runner
-    short = re.sub(r"^query '[^']*' \(id [^)]*\),?\s*", "", reason)      # the run's tags name the query
-    _tag(context, {OUTCOME_TAG: outcome, REASON_TAG: short[:200],
+    _tag(context, {OUTCOME_TAG: "idle", REASON_TAG: f"nothing to do: {_short(reason)}"[:200]})
+    runner.release_run(spec.key, context.run_id)
+
+
+def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
+    from . import runner
+    _tag(context, {OUTCOME_TAG: "refused", REASON_TAG: _short(reason)[:200],
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
     runner.release_run(spec.key, context.run_id)
-    context.instance.report_run_canceling(context.dagster_run, message=f"{outcome}: {reason}")
-    raise dg.Failure(description=f"{outcome}: {reason} (the run ends as Canceled; it applied nothing)",
-                     allow_retries=False)
 
 
 def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
-    context.log.warning(f"refused: {reason}")
-    end_without_batch(context, spec, "refused", reason, batch_id)
+    """A later step lost the log's fence: fail this step with the reason (never retried)."""
+    refusal_tags(context, spec, reason, batch_id)
+    raise dg.Failure(description=f"refused: {_short(reason)}", allow_retries=False)
 
 
 def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -> Any:
-    """Run one step: (True, result); a run that lost the log's fence is refused (ends Canceled).
+    """Run one step: (True, result); a run that lost the log's fence is refused (the step fails, never retried).
     Any other error: the runtime is dropped (a retry rebuilds it from the log); on the last
     attempt the batch's failure is recorded (tags, failed check on the sink); then dg.Failure."""
     from increments.errors import ConcurrentRunError
@@ -121,37 +125,82 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
 def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: str, md: dict[str, Any]) -> None:
     _tag(context, {OUTCOME_TAG: "failed", ERROR_TAG: f"step {step}: {text}",
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
+    where = error_location(text)
+    at = f" ({where['file']}, line {where['line']})" if where else ""
+    desc = (f"query {spec.name} is halted: batch {batch_id} failed in step {step}{at} after "
+            f"{spec.max_retries + 1} attempts. Fix the cause, then launch {spec.key}_batch (or Materialize "
+            f"{spec.sink_key.to_user_string()}) to resume.")
+    md = {**md, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}
     context.log_event(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=False,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=f"batch {batch_id} failed in step {step} after {spec.max_retries + 1} attempts; query "
-                    f"{spec.name} is halted. Fix the cause, then launch {spec.key}_batch (no config) to resume.",
-        metadata={**md, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
+        severity=dg.AssetCheckSeverity.ERROR, description=desc, metadata=md))
+    # the asset's event history says it too (an observation: the table did not change)
+    context.log_event(dg.AssetObservation(asset_key=spec.sink_key, description=desc,
+                                          metadata={"query_state": "halted", "halt_reason": dg.MetadataValue.text(desc),
+                                                    **md}))
+
+
+def wanted_batch(context: Any) -> tuple[int | None, str | None, str | None]:
+    """(batch id, drain id, refusal) a run asks for: its tags increments/batch_id and
+    increments/drain_id (set by the sensor, the drain chain, or by hand in the launchpad); a
+    re-execution of a run without them asks for its parent's batch, so re-running a committed
+    batch's run is refused instead of running the next batch. None: the next batch."""
+    tags = context.dagster_run.tags
+    raw, drain = tags.get(BATCH_TAG), tags.get(DRAIN_TAG)
+    if raw is None and tags.get("dagster/parent_run_id"):
+        parent = context.instance.get_run_by_id(tags["dagster/parent_run_id"])
+        if parent is not None:
+            raw, drain = parent.tags.get(BATCH_TAG), drain or parent.tags.get(DRAIN_TAG)
+    if raw is None or raw == "":
+        return None, drain, None
+    try:
+        return int(raw), drain, None
+    except ValueError:
+        return None, drain, f"run tag {BATCH_TAG}={raw!r} is not a batch id (an integer); remove it to run the next batch"
 
 
 def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
-    """The five ops of one query's batch job (op names are prefixed by the query key)."""
+    """The ops of one query's batch graph (op names are prefixed by the query key):
+    plan -> read -> process -> write -> commit; plan's `refused` output goes to commit too."""
     k = spec.key
     policy = retry_policy(spec)
+    job = f"{k}_batch"
 
-    @dg.op(name=f"{k}__plan", config_schema=PLAN_CONFIG, out=dg.Out(dict, is_required=False), retry_policy=policy,
-           description="Decide the batch from the log (redo or next); write offsets[N] first.")
+    @dg.op(name=f"{k}__plan", retry_policy=policy,
+           out={"batch": dg.Out(dict, is_required=False,
+                                description="The planned batch (absent when there is nothing to do or the run is refused)"),
+                "refused": dg.Out(str, is_required=False,
+                                  description="Why this run may not run a batch (to commit, which fails with it)")},
+           description="Decide the batch from the log (redo or next); write offsets[N] first. Nothing to do: no "
+                       "output (the later steps are skipped, the run succeeds, tag increments/outcome=idle). A "
+                       "launch that may not run (a committed or future batch id): only `refused` (read .. write are "
+                       "skipped; commit fails with the reason).")
     def plan_op(context):
         from . import runner
         from increments.checkpoint.drains import DrainLog
-        wanted = context.op_config.get("batch_id")
-        rt, plan, drain = guarded(spec, context, "plan", wanted, lambda: _plan(spec, context, wanted))
+        if context.dagster_run.tags.get(QUERY_TAG) != spec.name:     # a Materialize runs Dagster's asset job
+            _tag(context, {QUERY_TAG: spec.name})
+        wanted, drain_id, bad = wanted_batch(context)
+        if bad:
+            refusal_tags(context, spec, bad, None)
+            yield dg.Output(f"query {spec.name}: {bad}", "refused")
+            return
+        rt, plan, drain = guarded(spec, context, "plan", wanted, lambda: _plan(spec, context, wanted, drain_id))
         if isinstance(plan, str):                      # refused before planning
-            refuse(context, spec, plan, wanted)
+            context.log.warning(f"refused: {plan}")
+            refusal_tags(context, spec, plan, wanted)
+            yield dg.Output(f"query {spec.name}: {_short(plan)}", "refused")
+            return
         if plan is None:
             msg = f"{rt.where()}: nothing to do (no new data, no time-based work)"
             if drain is not None:
                 DrainLog.for_runtime(rt).finish(drain.drain_id)
                 context.log_event(drain_observation(spec, drain.drain_id, "done", drain.batches))
                 msg += f"; AvailableNow drain {drain.drain_id} is done"
-            context.log.info(msg)
-            end_without_batch(context, spec, "idle", "no new data, no time-based work"
-                              + (f"; drain {drain.drain_id} done" if drain is not None else ""))
+            context.log.info(msg + "; the later steps are skipped")
+            mark_idle(context, spec, "no new data, no time-based work"
+                      + (f"; drain {drain.drain_id} done" if drain is not None else ""))
+            return
         # run tags are what users filter the runs list by (query, batch, drain, outcome); the offsets
         # and the attempt are metadata (this step's output, the sink's materialization)
         tags = {OUTCOME_TAG: "running", BATCH_TAG: plan.batch_id}
@@ -161,7 +210,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         _tag(context, tags)
         context.log.info(f"{rt.where(plan.batch_id)}: {'redo (attempt %d)' % plan.entry.attempt if plan.redo else 'new'}"
                          f" batch, offsets {runner.offsets_text(plan.entry)}")
-        yield dg.Output({"batch_id": plan.batch_id, "drain_id": drain.drain_id if drain else None},
+        yield dg.Output({"batch_id": plan.batch_id, "drain_id": drain.drain_id if drain else None}, "batch",
                         metadata={"batch_id": plan.batch_id, "redo": plan.redo, "attempt": plan.entry.attempt,
                                   "offsets": runner.offsets_text(plan.entry)})
 
@@ -178,11 +227,21 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             return dg.Output(batch, metadata=_step_metadata(info))
         return step_op
 
-    @dg.op(name=f"{k}__commit", ins={"batch": dg.In(dict)}, retry_policy=policy,
-           description="Write commits[N]; record lineage; during a drain, queue the next batch run.")
-    def commit_op(context, batch: dict):
+    @dg.op(name=f"{k}__commit", retry_policy=policy,
+           ins={"batch": dg.In(dg.List[dg.Any], description="[the written batch] or [plan's refusal]: one of "
+                                                              "them (a fan-in, so a refusal skips no step twice)")},
+           out={"result": dg.Out(dg.Nothing, is_required=False,
+                                 description="The sink's materialization: one per committed batch")},
+           description="Write commits[N]; the sink's materialization with the batch's lineage, the health "
+                       "checks; during a drain, queue the next batch run. When plan refused the launch, the "
+                       "only failing step: the reason and what to launch instead (never retried).")
+    def commit_op(context, batch: list):
         from increments.execution import steps
         from . import runner
+        if len(batch) != 1 or isinstance(batch[0], str):       # plan refused: read .. write were skipped
+            raise dg.Failure(description=next((b for b in batch if isinstance(b, str)), "refused"),
+                             allow_retries=False)
+        batch = batch[0]
 
         def run():
             rt = _rt(spec, context)
@@ -198,13 +257,20 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                                 "its lineage was not recorded")
             runner.release_run(k, context.run_id)
             return
+        md, events, nxt = {"batch_id": str(batch["batch_id"])}, [], None
         try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
-            nxt = after_commit(spec, context, batch, *res)
+            md, events, nxt = after_commit(spec, context, batch, *res)
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"batch {batch['batch_id']} is committed; recording its lineage failed: {e!r}")
-            nxt = None
         finally:
             runner.release_run(k, context.run_id)
+        if spec.shared_sink:     # the table is one asset of several queries' jobs: recorded as an event
+            context.log_event(dg.AssetMaterialization(
+                asset_key=spec.sink_key, description=f"batch {batch['batch_id']} of query {spec.name}", metadata=md))
+        else:                    # this job materializes the sink asset: the output is the materialization
+            yield dg.Output(None, "result", metadata=md)
+        for ev in events:        # after the materialization, so the checks evaluate this batch's
+            context.log_event(ev)
         if nxt is not None:
             from .chain import submit_next_batch
             try:
@@ -228,16 +294,16 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
     return ops
 
 
-def _plan(spec: Any, context: Any, wanted: int | None) -> tuple[Any, Any, Any]:
+def _plan(spec: Any, context: Any, wanted: int | None, drain_id: str | None) -> tuple[Any, Any, Any]:
     """(runtime, plan | None (idle) | refusal text, drain)."""
     from increments.errors import ConcurrentRunError
     from increments.execution import steps
     from . import runner
     rt = _rt(spec, context)
-    reason = runner.refusal(rt, wanted)
+    reason = runner.refusal(rt, wanted, f"{spec.key}_batch")
     if reason:
         return rt, reason, None
-    drain = _active_drain(spec, rt, context.op_config.get("drain_id"))
+    drain = _active_drain(spec, rt, drain_id)
     if drain is not None:
         runner.restore_drain(rt, drain)
     try:
@@ -250,42 +316,38 @@ def _plan(spec: Any, context: Any, wanted: int | None) -> tuple[Any, Any, Any]:
 
 
 def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry: Any,
-                 progress: dict) -> tuple[int, str] | None:
-    """Lineage and checks of committed batch N; (N + 1, drain id) when its drain goes on."""
+                 progress: dict) -> tuple[dict[str, Any], list[Any], tuple[int, str] | None]:
+    """Of committed batch N: (the materialization's metadata, the check evaluations to log after
+    it, (N + 1, drain id) when its drain goes on)."""
     from increments.checkpoint.drains import DrainLog
     from . import health, runner
-    from .assets import partitions_name
     from .metadata import materialization_metadata
     rec = runner.lineage(rt, plan, entry, progress)
-    pk = spec.partition_key(plan.batch_id)
-    if pk is not None:
-        context.instance.add_dynamic_partitions(partitions_name(spec.sink_key), [pk])
-    context.log_event(dg.AssetMaterialization(
-        asset_key=spec.sink_key, partition=pk, description=f"batch {plan.batch_id} of query {spec.name}",
-        metadata=materialization_metadata(rt, rec, progress, context.run_id, context.instance)))
+    md = materialization_metadata(rt, rec, progress, context.run_id, context.instance)
+    events: list[Any] = []
     for rule, (passed, meta, desc) in health.evaluate(rt, plan.batch_id).items():
-        context.log_event(dg.AssetCheckEvaluation(
+        events.append(dg.AssetCheckEvaluation(
             asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
             description=desc, severity=dg.AssetCheckSeverity.WARN))
     from .freshness import commit_evaluation
-    context.log_event(commit_evaluation(spec, rt))
-    context.log_event(dg.AssetCheckEvaluation(
+    events.append(commit_evaluation(spec, rt))
+    events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",
         metadata={"batch_id": plan.batch_id, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
     drain_id = batch.get("drain_id")
     if not drain_id:
-        return None
+        return md, events, None
     drains = DrainLog.for_runtime(rt)
     drain = drains.get(drain_id)
     if drain is None or not drain.active:
-        return None
+        return md, events, None
     if runner.drain_has_more(rt, drain):
-        return plan.batch_id + 1, drain_id
+        return md, events, (plan.batch_id + 1, drain_id)
     drains.finish(drain_id)
     context.log.info(f"{rt.where()}: AvailableNow drain {drain_id} reached its target; done")
-    context.log_event(drain_observation(spec, drain_id, "done", drain.batches))   # plan counted this batch
-    return None
+    events.append(drain_observation(spec, drain_id, "done", drain.batches))   # plan counted this batch
+    return md, events, None
 
 
 def drain_observation(spec: Any, drain_id: str, state: str, batches: int) -> dg.AssetObservation:

@@ -4,7 +4,8 @@ drains and the lineage record of a batch.
 Refusal rule (what makes stale queued runs, UI re-executions and retries safe):
     next = N         if offsets[N] exists and commits[N] does not (a crash redo)
          = last + 1  otherwise (0 for a new query)
-    a run asking for batch B (run config) runs only if B == next; without B it runs `next`.
+    a run asking for batch B (run tag increments/batch_id, or its parent run's when it is a
+    re-execution) runs only if B == next; without B it runs `next`.
     Writing offsets[next] / claiming its redo is the fence when two runs plan at once.
 
 Drains (AvailableNow): `start_drain` fixes each source's target in increments_drains; a batch run
@@ -63,18 +64,18 @@ def next_batch_id(rt: Any) -> tuple[int, bool]:
     return (last_commit.batch_id + 1 if last_commit else 0), False
 
 
-def refusal(rt: Any, wanted: int | None) -> str | None:
-    """Why a run asking for batch `wanted` must not run (None: it may)."""
+def refusal(rt: Any, wanted: int | None, job: str = "the batch job") -> str | None:
+    """Why a run asking for batch `wanted` must not run (None: it may): one line, what to launch instead."""
     if wanted is None:
         return None
     nxt, redo = next_batch_id(rt)
     if wanted == nxt:
         return None
     if wanted < nxt:
-        return (f"{rt.where(wanted)} is already committed (the next batch is {nxt}); this run refuses to apply it "
-                "again. Launch the job without a batch_id to run the next batch.")
-    return (f"{rt.where(wanted)} cannot run before batch {nxt}{' (a redo)' if redo else ''} is committed; "
-            "launch the job without a batch_id to run the next batch.")
+        return (f"batch {wanted} is committed (the next batch is {nxt}), so this run applies nothing; "
+                f"launch {job} with no batch id to run batch {nxt}")
+    return (f"batch {wanted} cannot run before batch {nxt}{' (a redo)' if redo else ''} is committed; "
+            f"launch {job} with no batch id to run batch {nxt}")
 
 
 def restore_drain(rt: Any, drain: Any) -> None:

@@ -12,8 +12,8 @@ Each tick (at most every `sensor_interval_s`, >= 5 s, the processing-time interv
     the query cannot be built (e.g. its upstream Delta table
       does not exist yet)                                      -> skip, naming the error
 Refused runs do not count as "the last batch run". A halt ends when a launch of `<q>_batch` (no
-config) commits: the launch redoes the failed batch. The request carries run config batch_id=N (a
-stale copy of it is refused once N is committed) and run key `<q>-b<N>-a<k>`, k = how many runs of
+batch id) or a Materialize of the sink asset commits: the launch redoes the failed batch. The request
+carries run tag increments/batch_id=N (a stale copy of it is refused once N is committed) and run key `<q>-b<N>-a<k>`, k = how many runs of
 batch N exist. During a drain, the commit op queues the next batch itself (chain.py); this sensor
 starts the first batch of a drain and catches up if a chained request was lost.
 Sources are asked side-effect free (backlog) here.
@@ -38,18 +38,27 @@ def in_flight(instance: Any, query: str) -> bool:
 
 
 def last_batch_run(instance: Any, spec: Any) -> Any:
-    """The newest batch run of the query that was not refused (None: no such run)."""
-    recs = instance.get_run_records(dg.RunsFilter(job_name=f"{spec.key}_batch", tags={QUERY_TAG: spec.name}),
-                                    limit=25)
+    """The newest batch run of the query that was not refused (None: no such run): a run of
+    `<q>_batch`, or of Dagster's asset job (a Materialize of the sink), whose plan tagged it."""
+    recs = instance.get_run_records(dg.RunsFilter(tags={QUERY_TAG: spec.name}), limit=25)
     for r in recs:
-        if r.dagster_run.tags.get(OUTCOME_TAG) != "refused":
-            return r.dagster_run
+        run = r.dagster_run
+        if run.job_name != f"{spec.key}_batch" and OUTCOME_TAG not in run.tags:
+            continue                 # the drain, compact or migrate job
+        if run.tags.get(OUTCOME_TAG) != "refused":
+            return run
     return None
+
+
+def _retried(instance: Any, run: Any) -> bool:
+    """Was the failed run relaunched already (a retry that was then refused, e.g.)?"""
+    return bool(instance.get_run_records(dg.RunsFilter(tags={"dagster/parent_run_id": run.run_id}), limit=1))
 
 
 def retry_pending(instance: Any, spec: Any) -> bool:
     run = last_batch_run(instance, spec)
-    return bool(run and run.status == dg.DagsterRunStatus.FAILURE and run.tags.get("dagster/will_retry") == "true")
+    return bool(run and run.status == dg.DagsterRunStatus.FAILURE and run.tags.get("dagster/will_retry") == "true"
+                and not _retried(instance, run))
 
 
 def halt_state(instance: Any, spec: Any) -> dict[str, Any] | None:
@@ -63,7 +72,8 @@ def halt_state(instance: Any, spec: Any) -> dict[str, Any] | None:
     error = run.tags.get(ERROR_TAG) or _failure_message(instance, run.run_id)
     return {"query": spec.name, "run_id": run.run_id, "batch_id": run.tags.get(BATCH_TAG),
             "error": error, "attempts": int(run.tags.get("dagster/retry_number", "0")) + 1,
-            "resume": f"fix the cause, then launch job {spec.key}_batch with no config"}
+            "resume": f"fix the cause, then launch job {spec.key}_batch (no batch id)"
+                      + (f" or Materialize {spec.sink_key.to_user_string()}" if getattr(spec, "sink_key", None) else "")}
 
 
 def _failure_message(instance: Any, run_id: str) -> str:
@@ -78,9 +88,13 @@ def _failure_message(instance: Any, run_id: str) -> str:
 
 
 def halt_text(h: dict[str, Any]) -> str:
-    batch = f"batch {h['batch_id']}" if h.get("batch_id") is not None else "a batch"
-    return (f"query {h['query']} is halted: {batch} failed (run {h['run_id'][:8]}, retries used up): "
-            f"{h['error']}. To resume, {h['resume']}.")
+    """'query q is HALTED at batch N (file F, line L): <error>. ... To resume, ...' (one line)."""
+    from .ops import error_location
+    batch = f"at batch {h['batch_id']}" if h.get("batch_id") is not None else "(a batch failed)"
+    loc = error_location(h["error"] or "")
+    at = f" (file {loc['file']}, line {loc['line']})" if loc else ""
+    return (f"query {h['query']} is HALTED {batch}{at}: {h['error']}. Run {h['run_id'][:8]} failed after its "
+            f"retries; no batch runs until it is fixed. To resume, {h['resume']}.")
 
 
 def notify(url: str, payload: dict[str, Any], timeout: float = 5.0) -> None:
@@ -97,8 +111,7 @@ def batch_request(spec: Any, instance: Any, batch_id: int, drain_id: str | None)
     tags = {BATCH_TAG: str(batch_id)}
     if drain_id:
         tags[DRAIN_TAG] = drain_id
-    return dg.RunRequest(run_key=f"{spec.key}-b{batch_id}-a{k + 1}", tags=tags,
-                         run_config={"ops": {"plan": {"config": {"batch_id": batch_id, "drain_id": drain_id}}}})
+    return dg.RunRequest(run_key=f"{spec.key}-b{batch_id}-a{k + 1}", tags=tags)
 
 
 def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:

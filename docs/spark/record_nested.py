@@ -80,6 +80,12 @@ def query(name, src):
         return a.groupBy("attrs").count()
     if name == "nested_dedup_key":
         return a.dropDuplicates(["e.n"])
+    if name == "struct_key_session":
+        return a.groupBy(F.session_window("ts", "5 minutes"), "e").agg(F.count("*").alias("count"))
+    if name == "explode_outer_map_dedup":
+        return a.select("ts", F.explode_outer("attrs")).dropDuplicates(["key", "ts"])
+    if name == "posexplode_map_window_update":
+        return a.select("ts", F.posexplode("attrs")).groupBy(W, "pos", "key").agg(F.sum("value"))
     raise KeyError(name)
 
 

@@ -148,17 +148,24 @@ class SessionWindowOp(PhysicalOp):
         """Merge the batch's sessions of each touched key with its stored ones; returns the changed."""
         kcols = columns_pylist(part, self.plain)
         row_keys = list(zip(*kcols)) if kcols else [()] * part.num_rows
-        gid: dict[tuple, int] = {}
+        # keyed by the key's encoding: a STRUCT / list key (a dict / list value) is not hashable
+        gid: dict[bytes, int] = {}
+        uniq: list[tuple] = []
+        row_gids = []
         for k in row_keys:
-            gid.setdefault(k, len(gid))
-        uniq = list(gid)
+            kb = encode_key(k)
+            g = gid.get(kb)
+            if g is None:
+                g = gid[kb] = len(uniq)
+                uniq.append(k)
+            row_gids.append(g)
         stored: dict[tuple[int, int], tuple] = {}    # (gid, start) -> (end, *accs)
         for g, k in enumerate(uniq):
             for kb, vb in store.prefix_scan(encode_key(k)):
                 stored[(g, decode_key(kb)[-1])] = decode_value(vb)
         types = self.acc.types
         n_acc = len(types)
-        new = {"__g": pa.array([gid[k] for k in row_keys], pa.int64()), "__ss": part.column("__t"),
+        new = {"__g": pa.array(row_gids, pa.int64()), "__ss": part.column("__t"),
                "__se": pa.compute.add(part.column("__t"), self.gap_us), "__src": pa.array([1] * part.num_rows, pa.int8()),
                "__ord": part.column("__ord")}
         for i in range(n_acc):

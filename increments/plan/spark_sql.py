@@ -140,11 +140,22 @@ def _subscript(out: list[tuple[str, str]], index: str, ctx: _Ctx) -> None:
 
 
 def _call(out: list[tuple[str, str]], ctx: _Ctx) -> None:
-    """Spark functions whose DuckDB counterpart depends on the argument's type."""
-    if len(out) < 2 or out[-2][0] != "name":
+    """Spark functions whose DuckDB counterpart depends on the argument's type, or has another name."""
+    if len(out) < 2 or out[-2][0] not in ("name", "op"):
         return
     fn = out[-2][1].lower()
     arg = out[-1][1][1:-1]
+    if fn in ("struct", "named_struct", "from_json"):
+        before = [p for p in out[:-2] if p[0] != "ws"]
+        if before and (before[-1][1].upper() == "AS" or before[-1][1] == "::"):
+            return                               # a type: CAST(x AS STRUCT(a INT))
+        sql = _struct_call(fn, arg, ctx)
+        if sql is not None:
+            out[-2:] = [("atom", sql)]
+            ctx.changed = True
+        return
+    if out[-2][0] != "name":
+        return
     if fn == "size":
         t = ctx.type_of(arg)
         if t is not None and pa.types.is_map(t):
@@ -153,12 +164,61 @@ def _call(out: list[tuple[str, str]], ctx: _Ctx) -> None:
         elif _is_list(t):
             out[-2:] = [("atom", f"CAST(len({arg}) AS INTEGER)")]
             ctx.changed = True
+        elif t is not None:
+            raise AnalysisException(f"size({arg}) needs an ARRAY or MAP argument, not {t} (explode, posexplode and "
+                                    "size take arrays and maps; DATATYPE_MISMATCH.UNEXPECTED_INPUT_TYPE)")
     elif fn == "get":
         parts = _split_args(arg)
         if len(parts) == 2 and _is_list(ctx.type_of(parts[0])):
             b, k = f"({parts[0]})", f"({parts[1]})"
             out[-2:] = [("atom", f"(CASE WHEN {k} >= 0 AND {k} < len({b}) THEN {b}[{k} + 1] END)")]
             ctx.changed = True
+
+
+def _struct_call(fn: str, arg: str, ctx: _Ctx) -> str | None:
+    """Spark's struct(a, b AS x, *) / named_struct('x', a, ...) as struct_pack, and
+    from_json(text, 'a INT, b STRING') as Spark's PERMISSIVE conversion (nested_json.py)."""
+    args = [a for a in _split_args(arg) if a]
+    if fn == "struct":
+        for a in args:     # `name TYPE` fields: a STRUCT type inside a cast, not Spark's struct()
+            sig = [t for t in _tokens(a) if not t.isspace()]
+            if len(sig) >= 2 and _is_name(sig[0]) and (_is_name(sig[1]) or sig[1].upper() in ("STRUCT", "MAP")):
+                return None
+        fields = []
+        for i, a in enumerate(args):
+            if a == "*":
+                fields += [(c, quote_ident(c)) for c in ctx.schema.names]
+                continue
+            toks = _tokens(a)
+            body, names = _split_alias(toks)
+            sig = [t for t in body if not t.isspace()]
+            if names:
+                name = names[0]
+            elif sig and all(_is_name(t) for t in sig[0::2]) and all(t == "." for t in sig[1::2]):
+                name = _unquote(sig[-1])
+            else:
+                name = f"col{i + 1}"
+            fields.append((name, translate_expr("".join(body).strip(), ctx.schema)))
+        return "struct_pack(" + ", ".join(f"{quote_ident(n)} := {e}" for n, e in fields) + ")" if fields else None
+    if fn == "named_struct":
+        if len(args) % 2 or not args:
+            return None
+        pairs = []
+        for k, v in zip(args[0::2], args[1::2]):
+            if not (k.startswith("'") and k.endswith("'")):
+                return None
+            pairs.append(f"{quote_ident(k[1:-1].replace(chr(39) * 2, chr(39)))} := {translate_expr(v, ctx.schema)}")
+        return "struct_pack(" + ", ".join(pairs) + ")"
+    if len(args) != 2 or not (args[1].startswith("'") and args[1].endswith("'")):
+        return None
+    from ..nested_json import json_to_sql
+    from ..types import parse_schema
+    try:
+        schema = parse_schema(args[1][1:-1].replace("''", "'"))
+    except ValueError as e:
+        raise AnalysisException(f"from_json({arg}): {e}") from None
+    struct = "STRUCT(" + ", ".join(f"{quote_ident(f.name)} {f.duckdb_type}" for f in schema.fields) + ")"
+    return json_to_sql(f"TRY_CAST({translate_expr(args[0], ctx.schema)} AS JSON)", struct)
 
 
 def _split_args(text: str) -> list[str]:
@@ -179,7 +239,8 @@ def _split_args(text: str) -> list[str]:
 
 def translate_expr(expr: str, schema: pa.Schema) -> str:
     """`expr` (Spark's spelling of nested access) in DuckDB SQL over a relation of `schema`."""
-    if "[" not in expr and "size" not in expr.lower() and "get" not in expr.lower() and "`" not in expr:
+    low = expr.lower()
+    if not any(w in low for w in ("[", "size", "get", "`", "struct", "from_json")):
         return expr
     pieces, _ = _translate(_tokens(expr), 0, None, _Ctx(schema))
     return _text(pieces)
@@ -210,7 +271,8 @@ def _unquote(tok: str) -> str:
 
 def _spark_name(expr: str) -> str:
     """Spark's name of an unaliased item with a subscript: the text, a string key unquoted."""
-    return re.sub(r"\[\s*'((?:[^']|'')*)'\s*\]", lambda m: "[" + m.group(1).replace("''", "'") + "]", expr.strip())
+    text = "".join(_unquote(t) if t.startswith('"') else t for t in _tokens(expr.strip()))
+    return re.sub(r"\[\s*'((?:[^']|'')*)'\s*\]", lambda m: "[" + m.group(1).replace("''", "'") + "]", text)
 
 
 def generator_of(item: str) -> tuple[str, str, list[str] | None] | None:
@@ -276,8 +338,9 @@ def select_items(exprs: tuple[str, ...], schema: pa.Schema) -> list[str]:
         toks = _tokens(e)
         body, names = _split_alias(toks)
         ctx = _Ctx(schema)
-        pieces, _ = _translate(body, 0, None, ctx) if ("[" in e or "size" in e.lower() or "get" in e.lower()
-                                                        or "`" in e) else ([("atom", "".join(body))], 0)
+        low = e.lower()
+        translate = any(w in low for w in ("[", "size", "get", "`", "struct", "from_json"))
+        pieces, _ = _translate(body, 0, None, ctx) if translate else ([("atom", "".join(body))], 0)
         sql = _text(pieces)
         if names:
             out.append(f"{sql} AS {quote_ident(names[0])}")

@@ -115,3 +115,20 @@ def test_postgres_table_and_column_names_are_identifiers(tmp_path, pg_url, table
     with eng.connect() as c:
         assert c.exec_driver_sql(f'SELECT k, ":c" FROM {quoted}').all() == [("x", "x")]
     eng.dispose()
+
+
+def test_auto_cdc_postgres_table_named_like_a_bind_parameter(tmp_path, pg_url):
+    import pyarrow as pa
+
+    from increments.sinks.auto_cdc_postgres import AutoCdcPostgresSink
+    from increments.sinks.base import SinkContext
+    sink = AutoCdcPostgresSink({"url": pg_url, "table": ":cdc"}, 1, ["id"])
+    sink.open(SinkContext("qid-1", "q", "append", str(tmp_path / "chk")))
+    schema = pa.schema([("id", pa.int64()), (":name", pa.string()), ("__action", pa.string())])
+    sink.add_batch(0, pa.Table.from_pylist([{"id": 1, ":name": "a", "__action": "upsert"},
+                                            {"id": 2, ":name": "b", "__action": "upsert"}], schema=schema))
+    sink.add_batch(1, pa.Table.from_pylist([{"id": 1, ":name": "a2", "__action": "upsert"},
+                                            {"id": 2, ":name": None, "__action": "delete"}], schema=schema))
+    with sink.engine().connect() as c:
+        assert c.exec_driver_sql('SELECT id, ":name" FROM ":cdc"').all() == [(1, "a2")]
+    sink.close()

@@ -59,3 +59,13 @@ def test_errors_and_logs_are_redacted(caplog):
     with caplog.at_level(logging.WARNING, logger="increments.test_redaction"):
         logger("increments.test_redaction").warning("webhook %s failed", "https://h/x?token=LOGTOK1")
     assert "LOGTOK1" not in caplog.text and "https://h/x?token=***" in caplog.text
+
+
+def test_a_logged_traceback_is_redacted(caplog):
+    log = logger("increments.test_redaction")
+    with caplog.at_level(logging.ERROR, logger="increments.test_redaction"):
+        try:
+            raise RuntimeError("GET https://h/x?password=TBPASS1 failed")
+        except RuntimeError:
+            log.exception("listener failed")
+    assert "TBPASS1" not in caplog.text and "password=***" in caplog.text

@@ -66,4 +66,7 @@ SCENARIOS = {
     "index_out_of_range": {"sources": {"a": (NESTED, None, SHORT_FILES)}},
     "map_key_complete": {"sources": {"a": (NESTED, None, NESTED_FILES)}, "output_mode": "complete"},
     "nested_dedup_key": {"sources": {"a": (NESTED, WM, NESTED_FILES)}},
+    "struct_key_session": {"sources": {"a": (NESTED, WM, NESTED_FILES)}},
+    "explode_outer_map_dedup": {"sources": {"a": (NESTED, WM, NESTED_FILES)}},
+    "posexplode_map_window_update": {"sources": {"a": (NESTED, WM, NESTED_FILES)}, "output_mode": "update"},
 }

@@ -71,6 +71,12 @@ def query(name, src):
         return a.group_by("attrs").count()
     if name == "nested_dedup_key":
         return a.drop_duplicates(["e.n"])
+    if name == "struct_key_session":
+        return a.group_by(F.session_window("ts", "5 minutes"), "e").agg(F.count())
+    if name == "explode_outer_map_dedup":
+        return a.select("ts", F.explode_outer("attrs")).drop_duplicates(["key", "ts"])
+    if name == "posexplode_map_window_update":
+        return a.select("ts", F.posexplode("attrs")).group_by(W, "pos", "key").agg(F.sum("value"))
     raise KeyError(name)
 
 

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.dagster
 
 
 def wait_for(pred, timeout: float, what: str, every: float = 1.0):
+    from orchestration.local_instance import timeout_scale
+    timeout *= timeout_scale()
     deadline = time.monotonic() + timeout
     while True:
         v = pred()
@@ -102,25 +104,73 @@ def test_schedule_tick_drains_available_now(dagster_env):
 def test_two_launches_one_commits_the_other_is_refused(dagster_env):
     d, root = dagster_env["dagster"], dagster_env["root"]
     write_files(root, "manual_copy", 2)
-    cfg = {"ops": {"plan": {"config": {"batch_id": 0}}}}
-    a, b = d.launch("manual_copy_batch", cfg), d.launch("manual_copy_batch", cfg)
+    tags = {"increments/batch_id": "0"}                   # as the sensor's request for batch 0
+    a, b = d.launch("manual_copy_batch", tags=tags), d.launch("manual_copy_batch", tags=tags)
     ra, rb = d.wait_run(a, 120), d.wait_run(b, 120)
-    # the refused run ends Canceled (not a green success), says why, and is not retried
+    # the refused run fails in one step with one line (why, what to launch), and is not retried
     assert sorted([(r["tags"]["increments/outcome"], r["status"]) for r in (ra, rb)]) == [
-        ("committed", "SUCCESS"), ("refused", "CANCELED")]
-    refused = ra if ra["status"] == "CANCELED" else rb
-    assert any(s in refused["tags"]["increments/reason"] for s in ("already committed", "owned by", "cannot run"))
-    # launchpad with no config: the next batch; a re-execution of batch 0 is refused
+        ("committed", "SUCCESS"), ("refused", "FAILURE")]
+    refused = ra if ra["status"] == "FAILURE" else rb
+    assert any(s in refused["tags"]["increments/reason"] for s in ("is committed", "owned by", "cannot run"))
+    assert_one_failing_step(d, refused["runId"])
+    # launchpad with no config: the next batch; a re-execution of batch 0's run is refused
     nxt = d.wait_run(d.launch("manual_copy_batch"), 120)
     assert (nxt["tags"]["increments/outcome"], nxt["tags"]["increments/batch_id"]) == ("committed", "1")
-    again = d.wait_run(d.launch("manual_copy_batch", cfg), 120)
-    assert (again["tags"]["increments/outcome"], again["status"]) == ("refused", "CANCELED")
+    first = ra if ra["status"] == "SUCCESS" else rb
+    again = d.wait_run(d.reexecute(first["runId"]), 120)
+    assert (again["tags"]["increments/outcome"], again["status"]) == ("refused", "FAILURE")
+    assert "batch 0 is committed" in again["tags"]["increments/reason"]
+    assert "launch manual_copy_batch" in assert_one_failing_step(d, again["runId"])
+    # nothing to do is not a failure: Success, the later steps skipped, a tag saying so
     idle = d.wait_run(d.launch("manual_copy_batch"), 120)
-    assert (idle["tags"]["increments/outcome"], idle["status"]) == ("idle", "CANCELED")
+    assert (idle["tags"]["increments/outcome"], idle["status"]) == ("idle", "SUCCESS")
+    assert idle["tags"]["increments/reason"].startswith("nothing to do")
+    events = d.run_events(idle["runId"])
+    assert "ExecutionStepFailureEvent" not in {e["__typename"] for e in events}
+    assert not [e for e in events if e.get("level") == "ERROR"]
     time.sleep(5)
-    assert not [r for r in query_runs(d, "manual_copy") if r["tags"].get("dagster/parent_run_id")]   # no retries
+    assert not [r for r in query_runs(d, "manual_copy")
+                if r["tags"].get("dagster/parent_run_id") and r["runId"] != again["runId"]]   # no retries
     assert parquet_ids(os.path.join(root, "lake", "manual_copy")) == sorted(
         f * 1000 + r for f in range(2) for r in range(ROWS_PER_FILE))
+
+
+def assert_one_failing_step(d, run_id: str) -> str:
+    """The run failed in one step (one line, no "Dependencies ... not executed" rows): its message."""
+    events = d.run_events(run_id)
+    fails = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert len(fails) == 1, fails
+    assert not [e for e in events if e.get("level") == "ERROR" and e["__typename"] == "LogMessageEvent"], events
+    text = fails[0]["failureMetadata"]["description"]
+    assert "\n" not in text
+    return text
+
+
+def test_materializing_the_sink_asset_runs_the_next_batch(dagster_env):
+    """As the asset graph's Materialize button: Dagster's asset job, no partition, no config; the
+    asset page lists the query's trigger sensor; an idle materialization succeeds."""
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    key = ["files", "lake", "manual_copy"]
+    node = d.gql("""query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
+                     isMaterializable isPartitioned jobNames targetingInstigators { __typename
+                     ... on Sensor { name } ... on Schedule { name } } } } }""", {"k": {"path": key}})["assetNodeOrError"]
+    assert node["isMaterializable"] and not node["isPartitioned"]
+    assert "manual_copy_batch" in node["jobNames"]
+    assert {"name": "manual_copy_trigger", "__typename": "Sensor"} in node["targetingInstigators"]
+    wait_for(lambda: not [r for r in query_runs(d, "manual_copy") if r["status"] not in ("SUCCESS", "FAILURE",
+                                                                                        "CANCELED")], 120, "idle")
+    before = {int(m["metadata"]["batch_id"]) for m in d.materializations(key)}
+    write_files(root, "manual_copy", 1, start=10)
+    run = d.wait_run(d.materialize(key), 180)
+    assert run["status"] == "SUCCESS" and run["tags"]["increments/outcome"] == "committed"
+    b = int(run["tags"]["increments/batch_id"])
+    assert b not in before and b == max(before | {-1}) + 1
+    mats = d.materializations(key)
+    assert mats[0]["runId"] == run["runId"] and mats[0]["partition"] is None and mats[0]["metadata"]["batch_id"] == str(b)
+    idle = d.wait_run(d.materialize(key), 180)
+    assert (idle["status"], idle["tags"]["increments/outcome"]) == ("SUCCESS", "idle")
+    assert "ExecutionStepFailureEvent" not in {e["__typename"] for e in d.run_events(idle["runId"])}
+    assert d.materializations(key)[0]["runId"] == run["runId"]          # nothing materialized
 
 
 def test_killed_run_is_retried_to_exactly_once(dagster_env):
@@ -152,7 +202,7 @@ def test_graphql_returns_batch_lineage(dagster_env):
     mats = d.materializations(["delta", "lake", "sensor_copy"])
     by_batch = {int(m["metadata"]["batch_id"]): m for m in mats}      # text: an identifier, not plotted
     assert {0, 1, 2} <= set(by_batch)
-    assert all(m["partition"] == str(b) for b, m in by_batch.items())      # batch N = partition N
+    assert all(m["partition"] is None for m in by_batch.values())          # batch N: metadata batch_id
     assert by_batch[1]["metadata"]["dagster_run"] == by_batch[1]["runId"]   # a link to the run
     m = by_batch[1]["metadata"]
     assert m["offsets"] == "0: 0 -> 1"
@@ -198,13 +248,23 @@ def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
     assert "sensor_copy" in dom
     assert "batch_id" in dom, "the asset's events view should list batch materializations with their metadata"
     assert any(r["runId"][:8] in dom for r in runs), "the events view should name the batch runs"
-    # the runs list of a query: refused and idle runs show as Canceled, beside committed Successes
-    wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["status"] == "CANCELED"], 300, "a refused run")
+    # the runs list of a query: a refused run fails, idle runs succeed beside committed ones
+    wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["tags"].get("increments/outcome") == "idle"],
+             300, "an idle run")
     dom = _chromium(f"{d.url}/runs?q%5B0%5D=tag%3Aincrements%2Fquery%3Dmanual_copy", tmp_path, "runs_list")
-    assert "Canceled" in dom and "Success" in dom and "refused" in dom
+    assert "Failure" in dom and "Success" in dom
+    # the sink's asset page: a materializable asset (no partitions) and the sensor under Automations
+    dom = _chromium(f"{d.url}/assets/files/lake/manual_copy", tmp_path, "asset_overview")
+    assert "Materialize" in dom and "manual_copy_trigger" in dom
+    assert "No automations found" not in dom and "Asset does not have a definition" not in dom
+    # an idle run: Success, its later steps skipped, no error
+    idle = wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["tags"].get("increments/outcome") == "idle"
+                             and r["status"] == "SUCCESS"], 120, "an idle run")[0]
+    dom = _chromium(f"{d.url}/runs/{idle['runId']}", tmp_path, "idle_run")
+    assert "Success" in dom and "Skipped" in dom and "Not executing" not in dom
 
 
-def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env):
+def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env, tmp_path):
     d, root, bad = dagster_env["dagster"], dagster_env["root"], dagster_env["bad_file"]
     failed = wait_for(lambda: [r for r in query_runs(d, "bad_copy") if r["status"] == "FAILURE"], 150,
                       "the failed run of batch 1")
@@ -217,12 +277,19 @@ def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env):
     waits = [e["secondsToWait"] for e in events["logsForRun"]["events"] if e["__typename"] == "ExecutionStepUpForRetryEvent"]
     assert len(waits) == 2 and waits[1] > waits[0], waits
     # halted: the sensor says why, the check on the sink fails with file and line, the webhook was called once
-    tick = wait_for(lambda: next((t for t in d.sensor_ticks("bad_copy_trigger") if "halted" in (t["skipReason"] or "")),
+    tick = wait_for(lambda: next((t for t in d.sensor_ticks("bad_copy_trigger") if "HALTED" in (t["skipReason"] or "")),
                                  None), 60, "a halted skip reason")
-    assert "batch 1" in tick["skipReason"] and f"{bad}, line 2" in tick["skipReason"]
+    assert tick["status"] == "SKIPPED"
+    assert "HALTED at batch 1" in tick["skipReason"] and f"(file {bad}, line 2)" in tick["skipReason"]
     assert "launch job bad_copy_batch" in tick["skipReason"]
+    # the asset page: the failed batch_errors check and an observation with the reason
+    halt = next(o for o in d.materializations(["files", "lake", "bad_copy"], kind="assetObservations")
+                if o["metadata"].get("query_state") == "halted")
+    assert "batch 1" in halt["description"] and f"{bad}, line 2" in halt["description"]
     check = d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]
     assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == 2
+    dom = _chromium(f"{d.url}/assets/files/lake/bad_copy?view=checks", tmp_path, "halted_asset_checks")
+    assert "batch_errors" in dom and "halted" in dom.lower()
     hooks = wait_for(lambda: dagster_env["webhook"].received, 30, "the halt webhook")
     n = len(query_runs(d, "bad_copy"))
     time.sleep(12)                                              # two sensor intervals: nothing requested

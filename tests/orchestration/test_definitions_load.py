@@ -40,10 +40,12 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     assert graph.get(dg.AssetKey(["delta", "lake", "hourly_clicks"])).parent_keys == {landing}
     assert graph.get(bronze).parent_keys == {landing}
     assert graph.get(dg.AssetKey(["delta", "lake", "clicks_silver"])).parent_keys == {bronze}
-    assert graph.get(bronze).partitions_def is not None
-    job = defs.get_job_def("hourly_clicks_batch")
+    # the sink is an asset whose materialization is one batch: no partitions, Materialize runs the next batch
+    assert graph.get(bronze).partitions_def is None and graph.get(bronze).is_materializable
+    job = defs.resolve_job_def("hourly_clicks_batch")
     assert job.tags["increments/query"] == "hourly_clicks"
-    assert sorted(n.name for n in job.graph.nodes) == sorted(["plan", "read", "process", "write", "commit"])
+    batch = job.graph.node_dict["hourly_clicks"].definition           # the sink asset's graph
+    assert sorted(n.name for n in batch.nodes) == sorted(["plan", "read", "process", "write", "commit"])
 
 
 def test_batch_job_in_process_and_history_cli(tmp_path, monkeypatch):
@@ -57,18 +59,18 @@ def test_batch_job_in_process_and_history_cli(tmp_path, monkeypatch):
                 out.write(json.dumps({"campaign_id": "c1", "user_id": f"u{r}",
                                       "event_time": f"2026-01-01T0{f}:00:{r % 60:02d}Z"}) + "\n")
     inst = dg.DagsterInstance.ephemeral()
-    job = defs.get_job_def("clicks_bronze_batch")
+    job = defs.resolve_job_def("clicks_bronze_batch")
     runs = [inst.get_run_by_id(job.execute_in_process(instance=inst, raise_on_error=False).run_id) for _ in range(3)]
     assert [r.tags.get("increments/outcome") for r in runs] == ["committed", "committed", "idle"]
-    # runs that apply nothing end Canceled (grey in the runs list, never retried), with the reason
-    assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * 2 + [dg.DagsterRunStatus.CANCELED]
+    # nothing to do is not a failure: the idle run succeeds (its later steps skipped), with the reason
+    assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * 3
     stale = inst.get_run_by_id(job.execute_in_process(
-        instance=inst, run_config={"ops": {"plan": {"config": {"batch_id": 0}}}}, raise_on_error=False).run_id)
-    assert (stale.tags["increments/outcome"], stale.status) == ("refused", dg.DagsterRunStatus.CANCELED)
-    assert "already committed" in stale.tags["increments/reason"]
+        instance=inst, tags={"increments/batch_id": "0"}, raise_on_error=False).run_id)
+    assert (stale.tags["increments/outcome"], stale.status) == ("refused", dg.DagsterRunStatus.FAILURE)
+    assert "batch 0 is committed" in stale.tags["increments/reason"]
     mat = inst.get_latest_materialization_event(dg.AssetKey(["delta", "lake", "clicks_bronze"])).asset_materialization
     assert mat.metadata["batch_id"].value == "1" and mat.metadata["num_output_rows"].value == ROWS_PER_FILE
-    assert mat.partition == "1"
+    assert mat.partition is None
     assert isinstance(mat.metadata["dagster_run"], dg.DagsterRunMetadataValue)
     out = subprocess.run([sys.executable, "-m", "increments.cli", "history", "clicks_bronze"], cwd=REPO,
                          env={**os.environ, "INCREMENTS_EXAMPLES_DIR": str(tmp_path)},

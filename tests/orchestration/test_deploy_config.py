@@ -69,9 +69,10 @@ def test_k8s_job_executor_config_is_valid_and_a_query_can_use_it():
         return (frame.write_stream.format("memory").output_mode("complete").query_name("k8s_q")
                 .checkpoint_location("s3://bucket/chk/k8s_q").option("log_url", "postgresql+psycopg://h/db"))
     executor = dagster_k8s.k8s_job_executor.configured(conf)
-    job = build_definitions([(q, {"executor": executor})]).get_job_def("k8s_q_batch")
+    job = build_definitions([(q, {"executor": executor})]).resolve_job_def("k8s_q_batch")
     assert job.executor_def is executor
-    assert {"partition", "join"} <= set(job.graph.node_dict)          # fans out per state partition
+    batch = job.graph.node_dict["k8s_q"].definition                   # the sink asset's batch graph
+    assert {"partition", "join"} <= set(batch.node_dict)              # fans out per state partition
 
 
 def test_compose_instance_file_is_a_valid_dagster_instance_config(tmp_path, monkeypatch):

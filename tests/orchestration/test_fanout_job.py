@@ -66,8 +66,14 @@ def _drain(job, inst) -> list[dg.DagsterRun]:
 
 
 def _steps(inst, run_id: str, event: str) -> list[str]:
-    return [e.step_key for e in inst.all_logs(run_id)
+    """Step keys of the batch graph's steps, without the graph's node name (`fan.partition[p1]`)."""
+    return [e.step_key.split(".", 1)[-1] for e in inst.all_logs(run_id)
             if e.dagster_event and e.dagster_event.event_type_value == event]
+
+
+def _graph(job, name: str):
+    """The sink asset's batch graph inside the job `<name>_batch`."""
+    return job.graph.node_dict[name].definition
 
 
 def test_fanned_out_runs_match_the_local_runner_and_retry_one_partition(tmp_path, monkeypatch):
@@ -76,8 +82,8 @@ def test_fanned_out_runs_match_the_local_runner_and_retry_one_partition(tmp_path
     expected = _reference(root)
     defs = build_definitions([(_query(root, "fan"), {"path": os.path.join(root, "out"), "retry_delay_s": 0.01,
                                                     "sensor_status": "stopped", "fanout": True})], asset_root=root)
-    job = defs.get_job_def("fan_batch")
-    assert {n.name for n in job.graph.node_defs} >= {"fan__read_split", "fan__partition", "fan__join"}
+    job = defs.resolve_job_def("fan_batch")
+    assert {n.name for n in _graph(job, "fan").node_defs} >= {"fan__read_split", "fan__partition", "fan__join"}
     real, failed = partitioned.process_partition, []
 
     def flaky(rt, plan, p):                   # partition 1 of batch 1 fails once, after its state commit
@@ -104,8 +110,8 @@ def test_plans_that_cannot_fan_out_keep_one_process_op(tmp_path):
     _inputs(root, 1)
     defs = build_definitions([(_query(root, "slide", sliding=True), {"path": os.path.join(root, "out"),
                                                                      "sensor_status": "stopped", "fanout": True})], asset_root=root)
-    job = defs.get_job_def("slide_batch")
-    process = job.graph.node_dict["process"].definition
+    job = defs.resolve_job_def("slide_batch")
+    process = _graph(job, "slide").node_dict["process"].definition
     assert "Not fanned out per state partition: a sliding window" in process.description
     assert job.execute_in_process().success
 
@@ -115,11 +121,11 @@ def test_executor_is_the_querys_choice(tmp_path):
     q = _query(root, "ex")
     for choice, want in (("in_process", dg.in_process_executor), ("multiprocess", dg.multiprocess_executor)):
         defs = build_definitions([(q, {"executor": choice, "sensor_status": "stopped"})])
-        job = defs.get_job_def("ex_batch")
+        job = defs.resolve_job_def("ex_batch")
         assert job.executor_def is want
-        assert ("partition" in job.graph.node_dict) == (choice == "multiprocess")   # fan-out by default off in process
+        assert ("partition" in _graph(job, "ex").node_dict) == (choice == "multiprocess")   # fan-out by default off in process
     custom = dg.multiprocess_executor.configured({"max_concurrent": 2})   # any ExecutorDefinition (k8s, celery)
-    assert build_definitions([(q, {"executor": custom})]).get_job_def("ex_batch").executor_def is custom
+    assert build_definitions([(q, {"executor": custom})]).resolve_job_def("ex_batch").executor_def is custom
     with pytest.raises(ValueError, match="executor='threads'"):
         build_definitions([(q, {"executor": "threads"})])
 
@@ -136,7 +142,7 @@ def test_stateless_query_fans_out_over_row_ranges(tmp_path):
                 .trigger(processing_time="1 minute"))
     defs = build_definitions([(copy, {"path": os.path.join(root, "out"), "sensor_status": "stopped", "fanout": True})],
                              asset_root=root)
-    job = defs.get_job_def("copy_batch")
+    job = defs.resolve_job_def("copy_batch")
     inst = dg.DagsterInstance.ephemeral()
     runs = _drain(job, inst)
     assert [r.tags["increments/outcome"] for r in runs] == ["committed", "committed", "idle"]

@@ -103,8 +103,8 @@ def _drain(defs, name: str, inst) -> None:
             runner.close_quietly(rt)
         if drain is None:
             return
-        cfg = {"ops": {"plan": {"config": {"batch_id": nxt, "drain_id": drain.drain_id}}}}
-        defs.get_job_def(f"{name}_batch").execute_in_process(instance=inst, run_config=cfg)
+        tags = {"increments/batch_id": str(nxt), "increments/drain_id": drain.drain_id}   # as the sensor's request
+        defs.resolve_job_def(f"{name}_batch").execute_in_process(instance=inst, tags=tags)
     raise AssertionError("the drain did not finish")
 
 

@@ -20,7 +20,7 @@ def test_failing_halt_webhook_is_logged_without_its_token(tmp_path, capfd):
                                                      "increments/error": "boom", "dagster/will_retry": "false"})
         instance.report_run_failed(run)
         result = sensor(dg.build_sensor_context(instance=instance))
-    assert "is halted: batch 3 failed" in result.skip_message
+    assert "is HALTED at batch 3" in result.skip_message
     logged = capfd.readouterr().err                  # the sensor's log (Dagster's console handler)
     failed = [line for line in logged.splitlines() if "halt webhook" in line]
     assert failed, logged

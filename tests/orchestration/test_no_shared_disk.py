@@ -25,7 +25,7 @@ import json, dagster as dg, scale_out_location as m
 with dg.DagsterInstance.get() as inst:
     res = dg.execute_job(dg.reconstructable(m.batch_job), instance=inst, raise_on_error=False)
     run = inst.get_run_by_id(res.run_id)
-    steps = [e.step_key for e in inst.all_logs(res.run_id)
+    steps = [e.step_key.split(".", 1)[-1] for e in inst.all_logs(res.run_id)   # without the graph node
              if e.dagster_event and e.dagster_event.event_type_value == "STEP_SUCCESS"]
     print("RESULT " + json.dumps({"outcome": run.tags.get("increments/outcome"),
                                   "batch": run.tags.get("increments/batch_id"), "steps": steps}))

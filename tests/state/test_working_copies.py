@@ -78,15 +78,21 @@ def test_a_tampered_working_copy_is_rebuilt(request, tmp_path, storage):
             assert (s._w.token, s._w.rows) == (token, rows), what
 
 
-def test_a_cache_root_of_another_user_or_writable_by_others_is_refused(tmp_path):
+ROOT_ONLY = pytest.mark.skipif(os.getuid() != 0, reason="only root can give a directory to another user (chown)")
+
+
+@ROOT_ONLY
+def test_a_cache_root_of_another_user_is_refused(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    os.chown(other, 12345, 12345)
+    with make_provider("rocksdb", str(tmp_path / "ckpt"), local_dir=str(other)) as p:
+        with pytest.raises(StateStoreError, match="belongs to user id 12345"):
+            p.open("op", 0, -1)
+
+
+def test_a_cache_root_writable_by_others_is_refused(tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    if os.getuid() == 0:                        # only root can give a directory to another user
-        other = tmp_path / "other"
-        other.mkdir(mode=0o700)
-        os.chown(other, 12345, 12345)
-        with make_provider("rocksdb", ckpt, local_dir=str(other)) as p:
-            with pytest.raises(StateStoreError, match="belongs to user id 12345"):
-                p.open("op", 0, -1)
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
@@ -95,7 +101,8 @@ def test_a_cache_root_of_another_user_or_writable_by_others_is_refused(tmp_path)
             p.open("op", 0, -1)
 
 
-def test_a_store_directory_of_another_user_is_refused_and_one_writable_by_others_rebuilt(tmp_path):
+def _store_with_planted_content(tmp_path):
+    """(checkpoint, provider conf, models, token, the store's working directory), a planted row in it."""
     ckpt = str(tmp_path / "ckpt")
     conf = {"local_dir": str(tmp_path / "w")}
     with make_provider("rocksdb", ckpt, **conf) as p:
@@ -105,12 +112,20 @@ def test_a_store_directory_of_another_user_is_refused_and_one_writable_by_others
     w = Working(os.path.join(store_dir, "db"))               # planted content, the right meta
     w.write([K(("evil",))], [b"x"], 2, token, len(models[2]), {})
     w.close()
+    return ckpt, conf, models, token, store_dir
+
+
+def test_a_store_directory_writable_by_others_is_rebuilt(tmp_path):
+    ckpt, conf, models, token, store_dir = _store_with_planted_content(tmp_path)
     os.chmod(store_dir, 0o777)
     with make_provider("rocksdb", ckpt, **conf) as p:
         assert content(p.open("op", 0, 2, token)) == models[2]
     assert os.stat(store_dir).st_mode & 0o777 == 0o700
-    if os.getuid() != 0:                        # only root can give a directory to another user
-        return
+
+
+@ROOT_ONLY
+def test_a_store_directory_of_another_user_is_refused(tmp_path):
+    ckpt, conf, models, token, store_dir = _store_with_planted_content(tmp_path)
     os.chown(store_dir, 12345, 12345)
     with make_provider("rocksdb", ckpt, **conf) as p:
         with pytest.raises(StateStoreError, match=r"working directory .* belongs to user id 12345"):
