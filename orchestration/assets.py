@@ -4,6 +4,9 @@
     files under a location         -> files/<path parts>        (read_stream.files, parquet sink)
     Delta table at a location      -> delta/<path parts>        (read_stream.delta, delta sink)
     PostgreSQL table schema.table  -> postgres/<schema>/<table>
+    Iceberg table ns.table         -> iceberg/<namespace parts>/<table>  (read_stream.iceberg, iceberg sink)
+    Kafka sink of topic t          -> kafka/<t> (the source's asset: a query reading what another
+                                      writes is downstream of it; a `topic` column: sink/<query>)
     anything else (memory, console, foreach_batch)  -> stream/<query>/<i> (source), sink/<query>
 
 Path parts are relative to `asset_root` when the location is under it (else to the working
@@ -53,6 +56,8 @@ def source_assets(source: Any, query_key: str, index: int, root: str | None) -> 
     kind = type(source).__name__.lower()
     if "kafka" in kind and getattr(source, "topics", None):
         return [(dg.AssetKey(["kafka", _part(t)]), f"Kafka topic {t}") for t in source.topics]
+    if "iceberg" in kind and getattr(source, "table_name", None):
+        return [_iceberg(source.table_name)]
     path = getattr(source, "path", None)
     if isinstance(path, str) and "delta" in kind:
         return [(dg.AssetKey(["delta", *path_parts(path, root)]), f"Delta table {redact_url(path)}")]
@@ -71,9 +76,13 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
     if sink is not None:
         kind = type(sink).__name__.lower()
         where = getattr(sink, "path", None)
-        fmt = "delta" if "delta" in kind else "parquet" if "parquet" in kind else "postgres" if "postgres" in kind else ""
+        fmt = next((f for f in ("delta", "parquet", "postgres", "iceberg", "kafka") if f in kind), "")
         if fmt == "postgres":
             return _pg(getattr(sink, "table", None), query_key)
+        if fmt == "iceberg":
+            where = getattr(sink, "name", None)
+        if fmt == "kafka":
+            return _kafka(getattr(sink, "topic", None), query_key)
     if settings.foreach_batch is not None:
         fmt = "foreach_batch"
     if fmt == "delta" and where:
@@ -82,6 +91,10 @@ def sink_asset(settings: Any, path: str | None, query_key: str, root: str | None
         return dg.AssetKey(["files", *path_parts(where, root)]), f"parquet files under {redact_url(where)}"
     if fmt in ("postgres", "postgresql"):
         return _pg(o["table"], query_key)
+    if fmt == "iceberg" and (where or o["table"]):
+        return _iceberg(str(where or o["table"]))
+    if fmt == "kafka":
+        return _kafka(o["topic"], query_key)
     return dg.AssetKey(["sink", query_key]), f"{fmt or 'custom'} sink of query {query_key}"
 
 
@@ -89,6 +102,17 @@ def _pg(table: Any, query_key: str) -> tuple[dg.AssetKey, str]:
     if not table:
         return dg.AssetKey(["sink", query_key]), f"PostgreSQL sink of query {query_key}"
     return dg.AssetKey(["postgres", *[_part(p) for p in str(table).split(".")]]), f"PostgreSQL table {table}"
+
+
+def _iceberg(name: str) -> tuple[dg.AssetKey, str]:
+    parts = [p for p in str(name).split(".") if p]
+    return dg.AssetKey(["iceberg", *[_part(p) for p in parts]]), f"Iceberg table {name}"
+
+
+def _kafka(topic: Any, query_key: str) -> tuple[dg.AssetKey, str]:
+    if not topic:
+        return dg.AssetKey(["sink", query_key]), f"kafka sink of query {query_key} (topic column per row)"
+    return dg.AssetKey(["kafka", _part(str(topic))]), f"Kafka topic {topic}"
 
 
 def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
