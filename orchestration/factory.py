@@ -190,6 +190,7 @@ def query_definitions(writer_factory: Callable[[], Any], path: str | None = None
 def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     """Jobs, sensor, schedule and checks of one query (its assets come from build_definitions)."""
     from .checks import make_checks
+    from .expectations import make_expectation_checks
     from .schedules import make_drain_job, make_schedule
     from .sensors import make_sensor
     batch_job = make_batch_job(spec)
@@ -205,7 +206,8 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
         jobs.append(make_migrate_job(spec))
     return dg.Definitions.merge(
         dg.Definitions(jobs=jobs, sensors=[make_sensor(spec, batch_job), fresh_sensor],
-                       schedules=schedules, asset_checks=make_checks(spec) + [fresh_check]),
+                       schedules=schedules,
+                       asset_checks=make_checks(spec) + [fresh_check] + make_expectation_checks(spec)),
         compact_definitions(spec, spec.compact) if spec.compact is not None else dg.Definitions())
 
 

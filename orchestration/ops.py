@@ -117,6 +117,10 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
         md = {**({"batch_id": batch_id} if batch_id is not None else {}), "step": step, "attempt": attempt,
               "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}
         if last:
+            from .expectations import failure_evaluation
+            failed_check = failure_evaluation(spec, e, batch_id)      # an on_violation="fail" expectation
+            if failed_check is not None:
+                context.log_event(failed_check)
             record_halt(context, spec, batch_id, step, text, md)
         raise dg.Failure(description=f"{where}, step {step} (attempt {attempt} of {spec.max_retries + 1}): {text}",
                          metadata=md) from e
@@ -331,6 +335,8 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
             description=desc, severity=dg.AssetCheckSeverity.WARN))
     from .freshness import commit_evaluation
     events.append(commit_evaluation(spec, rt))
+    from .expectations import evaluations
+    events.extend(evaluations(spec, progress, plan.batch_id))     # one check per expectation
     events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",

@@ -2,7 +2,8 @@
 `dagster-webserver` subprocesses, read through GraphQL): Kafka and Iceberg sinks and the Iceberg
 source are assets named kafka/<topic> and iceberg/<namespace>/<table> with their kinds and lineage,
 and a query writing Iceberg (pyiceberg SQL catalog on SQLite, warehouse a local directory) has one
-materialization per batch carrying the same metadata as the other sinks."""
+materialization per batch carrying the same metadata as the other sinks; its expectations are one
+asset check each on the sink, evaluated per batch (issue 30.3)."""
 from __future__ import annotations
 
 import json
@@ -82,3 +83,10 @@ def test_iceberg_sink_one_materialization_per_batch(ice_env):
     t = cat.load_table("lake.ice_copy")
     assert [s.summary.additional_properties.get("increments.batch-id") for s in t.snapshots()] == ["0", "1"]
     assert t.scan().to_arrow().num_rows == 95
+    # issue 30.3: one check per expectation on the sink, per batch, counts in its metadata
+    small = d.check_executions(ICE, "id_small")
+    assert [(c["success"], c["metadata"]["batch_id"], c["metadata"]["failed_rows"]) for c in small] == \
+        [(False, 1, 10), (True, 0, 0)]                  # warn: a warning on batch 1, the rows kept
+    named = d.check_executions(ICE, "name_set")[0]
+    assert (named["success"], named["metadata"]["passed_rows"], named["metadata"]["failed_rows"]) == (False, 45, 5)
+    assert "dropped" in named["description"]
