@@ -68,11 +68,13 @@ def paths(root: str) -> dict[str, str]:
             "chk_gold": os.path.join(chk, "customers_gold")}
 
 
-def bronze(root: str, trigger: dict | None = None):
-    """files -> Delta (append): the raw changes as they landed."""
+def bronze(root: str, trigger: dict | None = None, wait_for_path: bool = False):
+    """files -> Delta (append): the raw changes as they landed (wait_for_path: no batch, instead
+    of an error, until the landing directory exists, as in the Dagster definitions)."""
     import increments as inc
     p = paths(root)
-    changes = inc.read_stream.files(p["landing"], "json", SCHEMA, max_files_per_trigger=1)
+    changes = inc.read_stream.files(p["landing"], "json", SCHEMA, max_files_per_trigger=1,
+                                    **({"wait_for_path": True} if wait_for_path else {}))
     return (changes.write_stream.format("delta").output_mode("append").checkpoint_location(p["chk_bronze"])
             .query_name("customers_bronze").trigger(**(trigger or {"available_now": True})))
 

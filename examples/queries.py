@@ -18,6 +18,11 @@ its hourly schedule) to drain the clicks into hourly counts. In the asset graph:
 files/landing/clicks -> delta/lake/clicks_bronze -> delta/lake/clicks_silver, and
 files/landing/clicks -> delta/lake/hourly_clicks (keys relative to ASSET_ROOT for local data; an
 object-store root keeps scheme and bucket: files/s3/<bucket>/<prefix>/landing/clicks).
+The medallion pipeline of examples/medallion.py (customers_bronze, customers_silver with AUTO CDC
+and expectations, customers_gold over silver's change feed) is one chain beside them:
+files/landing/customers -> delta/lake/customers_bronze -> delta/lake/customers_silver ->
+delta/lake/customers_gold (silver's expectations are asset checks on its table); drop change files
+into landing/customers (`medallion.write_changes`) and their trigger sensors run the batches.
 `python examples/queries.py N` writes N demo files into landing/clicks (a local root: standard
 library only, any python3 runs it; an object-store root: through the engine's storage, e.g. in the
 deploy image `python examples/queries.py 6`).
@@ -156,3 +161,34 @@ def hourly_clicks():
     return (hourly.write_stream.format("delta").output_mode("append")
             .checkpoint_location(_chk("hourly_clicks")).query_name("hourly_clicks")
             .trigger(available_now=True))
+
+
+def _medallion():
+    try:
+        from examples import medallion
+    except ImportError:             # loaded as a file (python_file in a workspace), not as a package
+        import sys
+        sys.path.insert(0, _HERE)
+        import medallion
+    return medallion
+
+
+_TEN_S = {"processing_time": "10 seconds"}
+
+
+@streaming_query(path=_lake("customers_bronze"))
+def customers_bronze():
+    """examples/medallion.py's bronze: change files as they land -> Delta."""
+    return _medallion().bronze(ROOT, _TEN_S, wait_for_path=True).checkpoint_location(_chk("customers_bronze"))
+
+
+@streaming_query(path=_lake("customers_silver"))
+def customers_silver():
+    """examples/medallion.py's silver: bronze's Delta table -> expectations -> AUTO CDC SCD type 2."""
+    return _medallion().silver(ROOT, _TEN_S).checkpoint_location(_chk("customers_silver"))
+
+
+@streaming_query(path=_lake("customers_gold"))
+def customers_gold():
+    """examples/medallion.py's gold: silver's change data feed -> per city counts (complete)."""
+    return _medallion().gold(ROOT, _TEN_S).checkpoint_location(_chk("customers_gold"))

@@ -69,3 +69,39 @@ def test_bronze_silver_gold(tmp_path):
     sql = "SELECT * FROM t ORDER BY customer_id, __start_at"
     assert _table(os.path.join(one, "silver"), sql) == _table(p["silver"], sql)
     assert len(_table(p["quarantine"], "SELECT * FROM t")) == 1
+
+
+def test_medallion_in_the_dagster_definitions_is_one_chain(tmp_path, monkeypatch):
+    """Issue 30.4: examples/queries.py registers the three queries (writing nothing at import); the
+    asset keys connect (silver reads bronze's table, gold silver's change feed); batches run as
+    Dagster runs, silver's expectations are checks on its table, silver's batch names bronze's."""
+    import importlib
+
+    import dagster as dg
+
+    monkeypatch.setenv("INCREMENTS_EXAMPLES_DIR", str(tmp_path))
+    monkeypatch.delenv("INCREMENTS_CHECKPOINT_ROOT", raising=False)
+    import examples.queries as q
+    importlib.reload(q)
+    from orchestration.factory import definitions_from_module
+    defs = definitions_from_module("examples.queries")
+    assert os.listdir(tmp_path) == []                                   # nothing written at import
+    key = {n: dg.AssetKey(["delta", "lake", f"customers_{n}"]) for n in ("bronze", "silver", "gold")}
+    graph = defs.resolve_asset_graph()
+    assert graph.get(key["bronze"]).parent_keys == {dg.AssetKey(["files", "landing", "customers"])}
+    assert graph.get(key["silver"]).parent_keys == {key["bronze"]}
+    assert graph.get(key["gold"]).parent_keys == {key["silver"]}
+    checks = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys if k.asset_key == key["silver"]}
+    assert {"has_customer_id", "valid_email", "known_op"} <= set(checks)
+    assert checks["known_op"].blocking and not checks["valid_email"].blocking
+    medallion.write_changes(medallion.paths(str(tmp_path))["landing"], files=3)
+    inst = dg.DagsterInstance.ephemeral()
+    for name in ("bronze", "silver", "gold"):
+        for _ in range(3):
+            assert defs.resolve_job_def(f"customers_{name}_batch").execute_in_process(instance=inst).success
+    mats = {n: inst.get_latest_materialization_event(k).asset_materialization for n, k in key.items()}
+    assert {n: m.metadata["batch_id"].value for n, m in mats.items()} == {"bronze": "2", "silver": "2", "gold": "2"}
+    assert "customers_bronze" in mats["silver"].metadata["upstream"].value      # silver's batch names bronze's
+    rec = inst.event_log_storage.get_asset_check_execution_history(dg.AssetCheckKey(key["silver"], "has_customer_id"),
+                                                                   limit=5)
+    assert len(rec) == 3

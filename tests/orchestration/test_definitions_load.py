@@ -27,10 +27,11 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     jobs = {j.name for j in defs.jobs}
     assert {"clicks_bronze_batch", "clicks_bronze_available_now", "hourly_clicks_batch",
             "hourly_clicks_available_now"} <= jobs
-    assert {s.name for s in defs.sensors} == {"clicks_bronze_trigger", "clicks_silver_trigger", "hourly_clicks_trigger",
-                                              "clicks_bronze_freshness", "clicks_silver_freshness", "hourly_clicks_freshness"}
-    assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule", "clicks_bronze_compact_schedule",
-                                                "clicks_silver_compact_schedule", "hourly_clicks_compact_schedule"}
+    queries = ("clicks_bronze", "clicks_silver", "hourly_clicks", "customers_bronze", "customers_silver",
+               "customers_gold")                                   # the medallion pipeline too (issue 30.4)
+    assert {s.name for s in defs.sensors} == {f"{q}_{k}" for q in queries for k in ("trigger", "freshness")}
+    assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule"} | {
+        f"{q}_compact_schedule" for q in queries}
     assert {"clicks_bronze_compact", "clicks_silver_compact", "hourly_clicks_compact"} <= jobs   # Delta sinks
     assert {"clicks_bronze_migrate", "clicks_silver_migrate", "hourly_clicks_migrate"} <= jobs   # increments migrate
     graph = defs.resolve_asset_graph()
