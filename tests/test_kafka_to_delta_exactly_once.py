@@ -4,12 +4,10 @@ survives a SIGKILL after each protocol step, on a real broker: every output row 
 The query runs in a subprocess (this file run as a script); a listener SIGKILLs it right after
 step `step` of batch 1. The rerun redoes batch 1 from offsets[1] and the sink skips or completes
 what it holds, by Delta app transaction (query id, batch id) or the PostgreSQL batch marker.
-When increments.operators.aggregate exists the query is the README's windowed count (append mode,
-watermark); otherwise a stateless projection.
+The query is the README's windowed count (append mode, watermark).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -22,7 +20,6 @@ if __name__ == "__main__":  # run as a script, sys.path[0] is tests/, whose stat
 
 import pytest  # noqa: E402
 
-HAS_AGG = importlib.util.find_spec("increments.operators.aggregate") is not None
 N_EVENTS = 360
 
 
@@ -31,11 +28,8 @@ def build_query(bootstrap: str, topic: str, checkpoint: str, sink: str, target: 
     from increments import functions as F
     events = (inc.read_stream.kafka(bootstrap_servers=bootstrap, topic=topic, max_offsets_per_trigger=100)
               .parse_json("id BIGINT, user_id STRING, event_time TIMESTAMP"))
-    if HAS_AGG:
-        frame = (events.with_watermark("event_time", "2 minutes")
-                 .group_by(F.window("event_time", "1 minute"), "user_id").count())
-    else:
-        frame = events.select("id", "user_id", "event_time")
+    frame = (events.with_watermark("event_time", "2 minutes")
+             .group_by(F.window("event_time", "1 minute"), "user_id").count())
     w = (frame.write_stream.output_mode("append").checkpoint_location(checkpoint).query_name("kafka_exactly_once")
          .trigger(available_now=True))
     if sink == "delta":
@@ -68,19 +62,17 @@ def _run(args, expect_kill=False):
 
 
 def _output(sink, target, pg_url):
-    cols = ["window", "user_id", "count"] if HAS_AGG else ["id", "user_id", "event_time"]
+    """(window as JSON, user_id, count) rows, sorted. Delta through increments' reader, not
+    DeltaTable.to_pyarrow_table() (which can abort the process at exit: sinks/delta.read_table)."""
     if sink == "delta":
-        from deltalake import DeltaTable
-        t = DeltaTable(target).to_pyarrow_table()
-        rows = zip(*(t.column(c).to_pylist() for c in cols))
-        return sorted((json.dumps(r[0], default=str) if HAS_AGG else r[0], *r[1:]) for r in rows)
+        from increments.sinks.delta import read_table
+        t, _ = read_table(target)
+        rows = zip(*(t.column(c).to_pylist() for c in ("window", "user_id", "count")))
+        return sorted((json.dumps(r[0], default=str), *r[1:]) for r in rows)
     import sqlalchemy as sa
-    sel = "window_start, window_end, user_id, count" if HAS_AGG else "id, user_id, event_time"
     with sa.create_engine(pg_url, poolclass=sa.pool.NullPool).connect() as c:
-        rows = [tuple(r) for r in c.execute(sa.text(f"SELECT {sel} FROM {target}"))]
-    if HAS_AGG:
-        rows = [(json.dumps({"start": r[0], "end": r[1]}, default=str), r[2], r[3]) for r in rows]
-    return sorted(rows)
+        rows = [tuple(r) for r in c.execute(sa.text(f"SELECT window_start, window_end, user_id, count FROM {target}"))]
+    return sorted((json.dumps({"start": r[0], "end": r[1]}, default=str), r[2], r[3]) for r in rows)
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +113,10 @@ def test_sigkill_after_each_step_leaves_each_row_once(kafka_broker, events_topic
     _run(args)
     got = _output(sink, target, pg_url)
     assert got == reference[sink]
-    if HAS_AGG:
-        keys = [(r[0], r[1]) for r in got]
-        assert len(keys) == len(set(keys))
-        # events every 3 s for 18 minutes; the final watermark (max - 2 min) closes the first 15 windows
-        assert len(got) == 15 * 4 and {r[2] for r in got} == {5}
-    else:
-        assert [r[0] for r in got] == list(range(N_EVENTS))
+    keys = [(r[0], r[1]) for r in got]
+    assert len(keys) == len(set(keys))
+    # events every 3 s for 18 minutes; the final watermark (max - 2 min) closes the first 15 windows
+    assert len(got) == 15 * 4 and {r[2] for r in got} == {5}
     if sink == "delta":
         from deltalake import DeltaTable
         from increments.checkpoint.metadata import read_json
