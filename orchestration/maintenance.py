@@ -16,6 +16,14 @@ part of the table's state, which optimize and vacuum keep, so exactly-once survi
 A compaction that loses a commit race is retried by the op's RetryPolicy. The compact run carries
 tag increments/maintenance=<q>, not the query's tag, so batch runs are not held behind it.
 
+An Iceberg sink (format("iceberg")) gets the same job and schedule running
+increments/sinks/iceberg_maintenance.maintain in one op: compaction of the small files into one
+REPLACE snapshot (streaming readers skip it; the sink's exactly-once marker is kept), then expiry
+of snapshots older than vacuum_retention and deletion of the files only they referenced; the
+catalog is the sink's as it resolves it (a SQL catalog without uri: the query's own log). The
+observation on the sink asset: files before/after, removed/added, snapshots expired, files
+deleted, the current snapshot id. compact_z_order is refused for an Iceberg sink.
+
 Options of @streaming_query / query_definitions:
     compact_cron             cron of the schedule (default "0 3 * * *")
     compact_schedule_status  "stopped" (default) or "running"
@@ -85,6 +93,34 @@ def delta_target(writer: Any, path: str | None = None) -> tuple[str, dict | None
     return where, (opts or None)
 
 
+def iceberg_target(writer: Any, path: str | None = None) -> str | None:
+    """The table ("namespace.table") of a writer whose sink is Iceberg, else None."""
+    s = writer.settings
+    if s.foreach_batch is not None:
+        return None
+    if s.sink is not None:
+        return getattr(s.sink, "name", None) if "iceberg" in type(s.sink).__name__.lower() else None
+    if (s.format or "").lower() != "iceberg":
+        return None
+    from increments.options import writer_options
+    o = writer_options(s, required=False)
+    return str(path or s.path or o["path"] or o["table"] or "") or None
+
+
+def maintain_iceberg(spec: Any, table: str, settings: CompactSettings) -> dict[str, Any]:
+    """compact + expire the query's Iceberg table with the catalog its sink resolves (module doc)."""
+    from increments.sinks.iceberg_maintenance import maintain
+    from . import runner
+    rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
+    try:
+        sink = rt.sink                                    # opened by the build: its catalog resolved
+        props = getattr(sink, "props", None) or sink.catalog_conf
+        return maintain(table, dict(props), getattr(sink, "own_storage_options", None) or None,
+                        target_size=settings.target_size, retention_ms=settings.retention_hours * 3_600_000)
+    finally:
+        runner.close_quietly(rt)
+
+
 def compact_table(path: str, storage_options: dict | None, settings: CompactSettings) -> dict[str, Any]:
     """optimize (compact or z-order) then vacuum the Delta table at `path`; returns the metrics."""
     from deltalake import DeltaTable
@@ -109,7 +145,8 @@ def compact_definitions(spec: Any, settings: CompactSettings, max_retries: int =
     Definitions for any other sink."""
     target = delta_target(spec.writer_factory(), spec.path)
     if target is None:
-        return dg.Definitions()
+        table = iceberg_target(spec.writer_factory(), spec.path)
+        return iceberg_definitions(spec, table, settings, max_retries) if table else dg.Definitions()
     path, opts = target
     what = "z-order by " + ", ".join(settings.z_order) if settings.z_order else "compact"
 
@@ -133,4 +170,38 @@ def compact_definitions(spec: Any, settings: CompactSettings, max_retries: int =
     schedule = dg.ScheduleDefinition(name=f"{spec.key}_compact_schedule", cron_schedule=settings.cron, job=compact_job,
                                      default_status=status,
                                      description=f"Compaction and vacuum of {spec.name}'s Delta sink on {settings.cron}")
+    return dg.Definitions(jobs=[compact_job], schedules=[schedule])
+
+
+def iceberg_definitions(spec: Any, table: str, settings: CompactSettings, max_retries: int = 3) -> dg.Definitions:
+    """Job `<q>_compact` and schedule `<q>_compact_schedule` of a query with an Iceberg sink."""
+    if settings.z_order:
+        raise ValueError(f"query {spec.name}: compact_z_order applies to Delta sinks; its sink is the Iceberg table "
+                         f"{table} (compaction there bin-packs per partition): drop the option")
+    hours = settings.retention_hours
+
+    @dg.op(name=f"{spec.key}__compact", retry_policy=dg.RetryPolicy(max_retries=max_retries, delay=2.0),
+           description=f"Compact the small files of the Iceberg sink {table} of {spec.name} and expire snapshots "
+                       f"older than {hours} h.")
+    def compact_op(context):
+        m = maintain_iceberg(spec, table, settings)
+        context.log.info(f"{spec.name}: {m['files_before']} files -> {m['files_after']} ({m['files_removed']} "
+                         f"rewritten into {m['files_added']}), {m['snapshots_expired']} snapshots expired, "
+                         f"{m['files_deleted']} files deleted, snapshot {m['snapshot_id']}")
+        context.log_event(dg.AssetObservation(asset_key=spec.sink_key, metadata={
+            "maintenance": "compact", **{k: v for k, v in m.items() if k != "snapshot_id"},
+            "snapshot_id": dg.MetadataValue.text(str(m["snapshot_id"]))}))
+        return m
+
+    @dg.job(name=f"{spec.key}_compact", tags={MAINTENANCE_TAG: spec.name}, executor_def=dg.in_process_executor,
+            description=f"Compact and expire snapshots of the Iceberg sink {table} of streaming query {spec.name}; "
+                        "safe while the query runs.")
+    def compact_job():
+        compact_op.alias("compact")()
+
+    status = dg.DefaultScheduleStatus.RUNNING if settings.status == "running" else dg.DefaultScheduleStatus.STOPPED
+    schedule = dg.ScheduleDefinition(name=f"{spec.key}_compact_schedule", cron_schedule=settings.cron, job=compact_job,
+                                     default_status=status,
+                                     description=f"Compaction and snapshot expiry of {spec.name}'s Iceberg sink on "
+                                                 f"{settings.cron}")
     return dg.Definitions(jobs=[compact_job], schedules=[schedule])

@@ -118,7 +118,10 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
               "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}
         if last:
             from .expectations import failure_evaluation
-            failed_check = failure_evaluation(spec, e, batch_id)      # an on_violation="fail" expectation
+            try:                      # an on_violation="fail" expectation: its blocking check fails
+                failed_check = failure_evaluation(spec, e, batch_id)
+            except Exception:  # noqa: BLE001 - the halt below is what must be recorded
+                failed_check = None
             if failed_check is not None:
                 context.log_event(failed_check)
             record_halt(context, spec, batch_id, step, text, md)

@@ -90,3 +90,43 @@ def test_iceberg_sink_one_materialization_per_batch(ice_env):
     named = d.check_executions(ICE, "name_set")[0]
     assert (named["success"], named["metadata"]["passed_rows"], named["metadata"]["failed_rows"]) == (False, 45, 5)
     assert "dropped" in named["description"]
+
+
+def test_iceberg_compact_job_in_process(tmp_path, monkeypatch):
+    """Issue 31.2's maintenance in Dagster: <q>_compact of an Iceberg sink compacts the batches'
+    files into one REPLACE snapshot and expires the older ones (vacuum_retention), recorded as an
+    observation on iceberg/<namespace>/<table>; the query goes on exactly once after it."""
+    import dagster as dg
+
+    import increments as inc
+    from orchestration import build_definitions
+    root = str(tmp_path)
+    catalog = {"type": "sql", "uri": f"sqlite:///{root}/cat.db", "warehouse": f"file://{root}/wh"}
+
+    def compacted():
+        return (inc.read_stream.files(os.path.join(root, "landing", "ice_copy"), format="json",
+                                      schema="id BIGINT, name STRING", max_files_per_trigger=1)
+                .write_stream.format("iceberg").option("catalog", catalog).option("table", "lake.small")
+                .checkpoint_location(os.path.join(root, "chk")).query_name("compacted")
+                .trigger(processing_time="1 minute"))
+    defs = build_definitions([(compacted, {"sensor_status": "stopped", "vacuum_retention": "0 hours"})],
+                             asset_root=root)
+    assert defs.get_schedule_def("compacted_compact_schedule").default_status == dg.DefaultScheduleStatus.STOPPED
+    inst = dg.DagsterInstance.ephemeral()
+    for f in range(3):
+        _write(root, f)
+        assert defs.resolve_job_def("compacted_batch").execute_in_process(instance=inst).success
+    res = defs.get_job_def("compacted_compact").execute_in_process(instance=inst)
+    assert res.success
+    obs = inst.fetch_observations(dg.AssetKey(["iceberg", "lake", "small"]), limit=1).records[0]
+    md = obs.asset_observation.metadata
+    assert (md["files_before"].value, md["files_removed"].value, md["files_added"].value,
+            md["files_after"].value) == (3, 3, 1, 1)
+    assert md["snapshots_expired"].value == 3
+    from pyiceberg.catalog import load_catalog
+    t = load_catalog("increments", **catalog).load_table("lake.small")
+    assert [s.summary.operation.value for s in t.snapshots()] == ["replace"]
+    assert t.scan().to_arrow().num_rows == 150
+    _write(root, 3)
+    assert defs.resolve_job_def("compacted_batch").execute_in_process(instance=inst).success
+    assert load_catalog("increments", **catalog).load_table("lake.small").scan().to_arrow().num_rows == 200
