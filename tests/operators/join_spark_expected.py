@@ -1,7 +1,7 @@
 """Per-batch results of Apache Spark 4.3.0 (pyspark, local[2], shuffle partitions 2, file sources with
 maxFilesPerTrigger=1, withWatermark 10 minutes on both sides, trigger(availableNow=True),
-foreachBatch) for the queries of join_testutil.parity_query. Generated from the recorded Spark runs;
-do not edit by hand. state: (numRowsTotal, numRowsUpdated, numRowsRemoved, numRowsDroppedByWatermark)
+foreachBatch) for the queries of join_testutil.parity_query. Recorded by docs/spark/record_join.py
+(`--check` re-runs Spark and compares); do not edit by hand. state: (numRowsTotal, numRowsUpdated, numRowsRemoved, numRowsDroppedByWatermark)
 of the join operator per batch (None: no state operator). Timestamps are UTC.
 """
 EXPECTED = {'base_inner': {'data': 'base',

@@ -2,7 +2,8 @@
 and counted (input rows) whenever the input has a watermark; within a batch the first row of a
 key survives; a key is emitted iff it is not in state; with the event time in the subset keys
 with event_time <= W_b are evicted (a range delete), without it state is unbounded (warned).
-Expected values agree with Spark 4.3 on the same files."""
+Expected values are derived from those rules; they were not recorded on Spark (no recorder in
+docs/spark/; a recorded case: chain_spark_expected.py, dedup_agg)."""
 from __future__ import annotations
 
 import pytest

@@ -1,7 +1,9 @@
 """drop_duplicates_within_watermark, batch for batch as SEMANTICS.md says: rows with
 event_time <= WL_b are dropped (counted); a key is emitted iff not in state and stored with
 expiry = event_time + delay (a dropped duplicate does not refresh it); keys with expiry <= W_b
-are evicted (range scan of the by-expiry index). Expected values agree with Spark 4.3."""
+are evicted (range scan of the by-expiry index). Expected values are derived from those rules; they were
+not recorded on Spark (no recorder in docs/spark/; a recorded case: chain_spark_expected.py,
+dedup_within_wm_agg)."""
 from __future__ import annotations
 
 import pytest

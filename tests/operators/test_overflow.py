@@ -1,6 +1,7 @@
 """Integer overflow raises, as in Spark 4 (ANSI mode, its default: ARITHMETIC_OVERFLOW; recorded on
-Spark 4.3: sum of two BIGINT 9223372036854775807 raises, their avg is 9.223372036854776e+18, sum of two
-INT 2147483647 is the BIGINT 4294967294, `x + 1` at BIGINT's limit raises). A sum never wraps around:
+Spark 4.3 by docs/spark/record_overflow.py: sum of two BIGINT 9223372036854775807 raises, their avg
+is 9.223372036854776e+18, sum of two INT 2147483647 is the BIGINT 4294967294, `x + 1` at BIGINT's
+limit raises). A sum never wraps around:
 within a batch (Arrow's fast path checks its bound, DuckDB sums exactly), across batches (the merge
 with the state), in a session window; the error names the query, batch, operator, aggregate and
 column, and the batch is not committed. An expression's overflow names the column (or filter)."""

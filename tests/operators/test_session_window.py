@@ -1,7 +1,9 @@
 """Session windows (gap 5 min, watermark 10 min), batch for batch as SEMANTICS.md says: rows are
 sessions [t, t+gap) merged per key (touching ones merge), a bridging row merges stored sessions,
 rows with t + gap <= WL_b are late (counted per partial group (key, t)), sessions with
-end <= W_b are emitted in append mode and removed. Expected values agree with Spark 4.3."""
+end <= W_b are emitted in append mode and removed. Expected values are derived from those rules; they
+were not recorded on Spark (no recorder in docs/spark/; recorded session-window cases:
+tests/operators/chain_spark_expected.py, session_then_window)."""
 from __future__ import annotations
 
 import pytest

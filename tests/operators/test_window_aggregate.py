@@ -2,7 +2,8 @@
 
 The data puts rows on window boundaries (10:05:00 belongs to [10:05, 10:10)), 1 s either side
 (10:04:59), exactly at/inside the (W_{b-1}, W_b] band and very late; expected values were
-derived from the rules (and agree with Spark 4.3 on the same files).
+derived from the rules (not recorded on Spark: no recorder in docs/spark/; recorded windowed
+aggregations: tests/operators/chain_spark_expected.py, by docs/spark/record_chain.py).
 """
 from __future__ import annotations
 
