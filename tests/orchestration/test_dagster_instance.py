@@ -226,14 +226,19 @@ def test_graphql_returns_batch_lineage(dagster_env):
     assert deps == {"files/lake/silver_copy": ["delta/lake/sensor_copy"], "delta/lake/sensor_copy": ["files/landing/sensor_copy"]}
 
 
-def _chromium(url: str, tmp_path, name: str) -> str:
+def _chromium(url: str, tmp_path, name: str, rendered: str | None = None) -> str:
     """The page's DOM after its scripts ran; a screenshot beside it (kept in
-    $INCREMENTS_SCREENSHOT_DIR when set)."""
+    $INCREMENTS_SCREENSHOT_DIR when set). `rendered`: a text the page shows once its GraphQL
+    answers arrived; the DOM is dumped again (up to 3 times) until it holds it, since
+    --virtual-time-budget does not wait for a slow webserver's answers."""
     base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--virtual-time-budget=20000", "--window-size=1600,1200"]
-    dom = subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120).stdout
+    for _ in range(3):
+        dom = subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=120).stdout
+        if rendered is None or rendered in dom:
+            break
     shot = os.path.join(os.environ.get("INCREMENTS_SCREENSHOT_DIR") or str(tmp_path), f"{name}.png")
     subprocess.run(base + [f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", f"--screenshot={shot}", url],
                    capture_output=True, timeout=120)
@@ -244,23 +249,23 @@ def _chromium(url: str, tmp_path, name: str) -> str:
 def test_asset_page_shows_batch_history_in_chromium(dagster_env, tmp_path):
     d = dagster_env["dagster"]
     runs = wait_for(lambda: len(committed(d, "sensor_copy")) >= 3 and committed(d, "sensor_copy"), 150, "batches")
-    dom = _chromium(f"{d.url}/assets/delta/lake/sensor_copy?view=events", tmp_path, "asset_events")
+    dom = _chromium(f"{d.url}/assets/delta/lake/sensor_copy?view=events", tmp_path, "asset_events", rendered="batch_id")
     assert "sensor_copy" in dom
     assert "batch_id" in dom, "the asset's events view should list batch materializations with their metadata"
     assert any(r["runId"][:8] in dom for r in runs), "the events view should name the batch runs"
     # the runs list of a query: a refused run fails, idle runs succeed beside committed ones
     wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["tags"].get("increments/outcome") == "idle"],
              300, "an idle run")
-    dom = _chromium(f"{d.url}/runs?q%5B0%5D=tag%3Aincrements%2Fquery%3Dmanual_copy", tmp_path, "runs_list")
+    dom = _chromium(f"{d.url}/runs?q%5B0%5D=tag%3Aincrements%2Fquery%3Dmanual_copy", tmp_path, "runs_list", rendered="Success")
     assert "Failure" in dom and "Success" in dom
     # the sink's asset page: a materializable asset (no partitions) and the sensor under Automations
-    dom = _chromium(f"{d.url}/assets/files/lake/manual_copy", tmp_path, "asset_overview")
+    dom = _chromium(f"{d.url}/assets/files/lake/manual_copy", tmp_path, "asset_overview", rendered="manual_copy_trigger")
     assert "Materialize" in dom and "manual_copy_trigger" in dom
     assert "No automations found" not in dom and "Asset does not have a definition" not in dom
     # an idle run: Success, its later steps skipped, no error
     idle = wait_for(lambda: [r for r in query_runs(d, "manual_copy") if r["tags"].get("increments/outcome") == "idle"
                              and r["status"] == "SUCCESS"], 120, "an idle run")[0]
-    dom = _chromium(f"{d.url}/runs/{idle['runId']}", tmp_path, "idle_run")
+    dom = _chromium(f"{d.url}/runs/{idle['runId']}", tmp_path, "idle_run", rendered="Skipped")
     assert "Success" in dom and "Skipped" in dom and "Not executing" not in dom
 
 
@@ -288,7 +293,8 @@ def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env, tmp_p
     assert "batch 1" in halt["description"] and f"{bad}, line 2" in halt["description"]
     check = d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]
     assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == 2
-    dom = _chromium(f"{d.url}/assets/files/lake/bad_copy?view=checks", tmp_path, "halted_asset_checks")
+    dom = _chromium(f"{d.url}/assets/files/lake/bad_copy?view=checks&checkDetail=batch_errors", tmp_path,
+                    "halted_asset_checks", rendered="batch_errors")
     assert "batch_errors" in dom and "halted" in dom.lower()
     hooks = wait_for(lambda: dagster_env["webhook"].received, 30, "the halt webhook")
     n = len(query_runs(d, "bad_copy"))
