@@ -102,6 +102,7 @@ def test_medallion_in_the_dagster_definitions_is_one_chain(tmp_path, monkeypatch
     mats = {n: inst.get_latest_materialization_event(k).asset_materialization for n, k in key.items()}
     assert {n: m.metadata["batch_id"].value for n, m in mats.items()} == {"bronze": "2", "silver": "2", "gold": "2"}
     assert "customers_bronze" in mats["silver"].metadata["upstream"].value      # silver's batch names bronze's
+    assert "customers_silver" in mats["gold"].metadata["upstream"].value  # ... and gold's the silver batches (change feed)
     rec = inst.event_log_storage.get_asset_check_execution_history(dg.AssetCheckKey(key["silver"], "has_customer_id"),
                                                                    limit=5)
     assert len(rec) == 3

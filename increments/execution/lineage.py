@@ -112,13 +112,16 @@ def _kafka(start: Any, end: Any) -> dict[str, Any]:
 
 
 def _delta(src: Any, start: dict, end: dict) -> dict[str, Any]:
-    versions = []
-    for v in range(int(start["version"]), int(end["version"]) + 1):
-        adds = src._commit_adds(v)
-        lo = int(start["index"]) if v == int(start["version"]) else 0
-        hi = int(end["index"]) if v == int(end["version"]) else len(adds)
-        if hi > lo:
-            versions.append(v)
+    if "index" in start and "index" in end and not end.get("snapshot"):
+        versions = []                       # the append source: {"version", "index"} of its data files
+        for v in range(int(start["version"]), int(end["version"]) + 1):
+            adds = src._commit_adds(v)
+            lo = int(start["index"]) if v == int(start["version"]) else 0
+            hi = int(end["index"]) if v == int(end["version"]) else len(adds)
+            if hi > lo:
+                versions.append(v)
+    else:
+        versions = _change_feed_versions(start, end)
     found: dict[str, dict[str, Any]] = {}
     loc = src.location()
     for v in versions:
@@ -133,6 +136,14 @@ def _delta(src: Any, start: dict, end: dict) -> dict[str, Any]:
     if found:
         out["upstream"] = [{**r, "batch_ids": sorted(r["batch_ids"])} for r in found.values()]
     return out
+
+
+def _change_feed_versions(start: dict, end: dict) -> list[int]:
+    """Versions a change-feed read of (start, end] covers (sources/delta_changes.py offsets:
+    {"version": V} = every change of versions <= V read; a snapshot offset reads version S itself)."""
+    first = int(start["version"]) + (0 if start.get("snapshot") else 1)
+    last = int(end["version"])
+    return list(range(first, last + 1))
 
 
 def _delta_commit_actions(loc: Any, version: int) -> tuple[list[tuple[str, int]], dict[str, Any]]:

@@ -68,7 +68,7 @@ class AutoCdcDeltaSink(DeltaSink):
 
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
         from deltalake import write_deltalake
-        props = commit_properties(self.ctx.query_id, batch_id)
+        props = commit_properties(self.ctx.query_id, batch_id, self.ctx.query_name)
         rows = table.drop_columns([ACTION])
         if dt is None:
             ups = rows.filter(pc.equal(table.column(ACTION), "upsert"))
