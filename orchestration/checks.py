@@ -53,7 +53,7 @@ def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
             return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.ERROR,
                                        description=f"query {spec.name} is not halted")
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description=halt_text(h),
-                                   metadata={**({"batch_id": int(h["batch_id"])} if h.get("batch_id") else {}),
+                                   metadata={**({"batch_id": str(int(h["batch_id"]))} if h.get("batch_id") else {}),
                                              "error": dg.MetadataValue.text(h["error"]),
                                              **error_location(h["error"]),
                                              "dagster_run": dg.MetadataValue.dagster_run(h["run_id"])})

@@ -51,7 +51,7 @@ def _result(entry: dict[str, Any], batch_id: int) -> tuple[bool, str, dict[str, 
     passed, failed = int(entry.get("passed", 0)), int(entry.get("failed", 0))
     how = entry.get("on_violation", "warn")
     total = passed + failed
-    md = {"batch_id": batch_id, "passed_rows": passed, "failed_rows": failed,
+    md = {"batch_id": str(batch_id), "passed_rows": passed, "failed_rows": failed,
           "failed_fraction": float(failed / total) if total else 0.0,
           "condition": dg.MetadataValue.text(str(entry.get("condition", ""))), "on_violation": how}
     if failed == 0:

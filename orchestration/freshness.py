@@ -94,7 +94,7 @@ def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = No
         return True, rule.describe(), {"pending": False}
     last = rt.log.latest_commit()
     last_ms = last.committed_at_ms if last is not None else rt.meta.created_at_ms
-    meta: dict[str, Any] = {"last_commit_batch": last.batch_id if last else None,
+    meta: dict[str, Any] = {"last_commit_batch": str(last.batch_id) if last else None,
                             "last_commit_age_s": round((now_ms - last_ms) / 1000, 1) if last else None}
     meta["pending"] = runner.pending_work(rt)
     if not meta["pending"]:

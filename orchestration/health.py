@@ -93,6 +93,9 @@ def evaluate(rt: Any, batch_id: int | None = None) -> dict[str, tuple[bool, dict
                         "Kafka records behind the batch's end offsets within max_kafka_lag" if lag_limit is not None
                         else "max_kafka_lag is not set")
     out["watermark_lag"] = _watermark_lag(rt, commit.batch_id, off, opts.get("max_watermark_lag"))
+    for _, meta, _ in out.values():        # an identifier, not a metric: text, so the UI does not plot it
+        if "batch_id" in meta:
+            meta["batch_id"] = str(meta["batch_id"])
     return {r: v for r, v in out.items() if r in rules}
 
 

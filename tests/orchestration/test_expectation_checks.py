@@ -61,7 +61,7 @@ def test_one_check_per_expectation_with_counts_per_batch(tmp_path):
     small, named = ev["id_small"], ev["name_set"]
     assert (small.passed, small.severity) == (False, dg.AssetCheckSeverity.WARN)     # a warning: rows kept
     assert (small.metadata["passed_rows"].value, small.metadata["failed_rows"].value) == (40, 10)
-    assert small.metadata["batch_id"].value == 1 and small.metadata["on_violation"].value == "warn"
+    assert small.metadata["batch_id"].value == "1" and small.metadata["on_violation"].value == "warn"
     assert (named.passed, named.severity) == (False, dg.AssetCheckSeverity.WARN)
     assert (named.metadata["passed_rows"].value, named.metadata["failed_rows"].value) == (45, 5)
     assert "dropped" in named.description
@@ -86,7 +86,7 @@ def test_a_fail_expectation_is_a_blocking_check_failed_with_the_batch(tmp_path):
           for e in inst.all_logs(res.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)}["id_small"]
     assert (ev.passed, ev.severity) == (False, dg.AssetCheckSeverity.ERROR)
     assert (ev.metadata["passed_rows"].value, ev.metadata["failed_rows"].value) == (40, 10)
-    assert ev.metadata["batch_id"].value == 1
+    assert ev.metadata["batch_id"].value == "1"
     sample = ev.metadata["sample_failing_rows"].value
     assert sample and all(r["id"] >= 1040 for r in sample)
     assert "halted" in ev.description

@@ -86,7 +86,7 @@ def test_iceberg_sink_one_materialization_per_batch(ice_env):
     # issue 30.3: one check per expectation on the sink, per batch, counts in its metadata
     small = d.check_executions(ICE, "id_small")
     assert [(c["success"], c["metadata"]["batch_id"], c["metadata"]["failed_rows"]) for c in small] == \
-        [(False, 1, 10), (True, 0, 0)]                  # warn: a warning on batch 1, the rows kept
+        [(False, "1", 10), (True, "0", 0)]                  # warn: a warning on batch 1, the rows kept
     named = d.check_executions(ICE, "name_set")[0]
     assert (named["success"], named["metadata"]["passed_rows"], named["metadata"]["failed_rows"]) == (False, 45, 5)
     assert "dropped" in named["description"]

@@ -78,7 +78,7 @@ def test_watermark_lag_check_fails_over_its_threshold(tmp_path):
     ev = _latest_check(inst, sink, "watermark_lag")
     md = {k: getattr(v, "value", v) for k, v in ev.metadata.items()}
     assert ev.passed is False
-    assert md["batch_id"] == 1 and md["max_watermark_lag_ms"] == parse_duration_ms("1 hour")
+    assert md["batch_id"] == "1" and md["max_watermark_lag_ms"] == parse_duration_ms("1 hour")
     assert md["watermark_lag_ms"] > parse_duration_ms("1 hour")         # event times from 2026-01-01
     wm = dt.datetime.fromisoformat(md["watermark"].replace("Z", "+00:00"))
     ts = dt.datetime.fromisoformat(md["batch_timestamp"].replace("Z", "+00:00"))
