@@ -102,7 +102,7 @@ class DataStreamWriter:
         with __start_at / __end_at. Also: columns, track_history_columns,
         track_history_except_columns, tombstone_retention ("2 days"); Databricks' *_column_list
         names are accepted. Semantics: operators/apply_changes.py."""
-        from ..operators.apply_changes import ApplyChangesSpec
+        from ..operators.apply_changes_spec import ApplyChangesSpec
         w = self._copy()
         w._s.apply_changes = ApplyChangesSpec.make(keys, sequence_by, apply_as_deletes, except_columns,
                                                    stored_as_scd_type, **options)

@@ -25,10 +25,20 @@ from __future__ import annotations
 
 import re
 
-import pyarrow as pa
-
 from ..errors import AnalysisException
-from ..sql import quote_ident, run_sql
+from ..lazy import lazy_module
+
+pa = lazy_module("pyarrow")  # loaded at first use (increments/lazy.py): frames are declared without it
+
+
+def quote_ident(name: str) -> str:
+    from ..sql import quote_ident as quote        # DuckDB loads when an expression is bound, not declared
+    return quote(name)
+
+
+def run_sql(*args, **kwargs):
+    from ..sql import run_sql as run
+    return run(*args, **kwargs)
 
 GENERATORS = ("explode", "explode_outer", "posexplode", "posexplode_outer")
 _TOKEN = re.compile(r"""\s+|'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|\d+(?:\.\d*)?|[A-Za-z_][A-Za-z0-9_$]*|::|->|.""", re.S)

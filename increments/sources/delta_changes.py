@@ -40,19 +40,28 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from .. import storage
 from ..errors import DataLossError, MalformedInputError
+from ..lazy import lazy_module
 from ..redaction import logger as redacting_logger
 from .delta import DeltaSource
 from .delta_files import conform, file_location, read_parquet
 
 log = redacting_logger("increments.sources.delta_changes")
 
-TS = pa.timestamp("us", tz="UTC")
-CHANGE_FIELDS = [pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()),
-                 pa.field("_commit_timestamp", TS)]
+pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
+
+
+def _ts() -> "pa.DataType":
+    return pa.timestamp("us", tz="UTC")
+
+
+def change_fields() -> list:
+    """The change feed's metadata columns, after the table's own."""
+    return [pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()),
+            pa.field("_commit_timestamp", _ts())]
+
+
 DEFAULT_MAX_FILES = 1000
 CHANGE_TYPES = ("insert", "update_preimage", "update_postimage", "delete")
 
@@ -126,11 +135,11 @@ class DeltaChangeFeedSource(DeltaSource):
         return f"DeltaChangeFeed[{storage.redact_url(self.path)}]"
 
     def schema(self) -> pa.Schema:
-        return pa.schema(list(self.table_schema()) + CHANGE_FIELDS)
+        return pa.schema(list(self.table_schema()) + change_fields())
 
     def table_schema(self) -> pa.Schema:
         base = super().schema()
-        clash = [f.name for f in CHANGE_FIELDS if f.name in base.names]
+        clash = [f.name for f in change_fields() if f.name in base.names]
         if clash:
             raise MalformedInputError(f"read_stream.delta({storage.redact_url(self.path)!r}, read_change_feed=True): "
                                       f"the table has columns {clash}, which the change feed adds; rename them")
@@ -331,8 +340,8 @@ class DeltaChangeFeedSource(DeltaSource):
             change = t.column("_change_type").cast(pa.string())
         else:
             change = pa.array([kind] * n, pa.string())
-        cols += [change, pa.array([version] * n, pa.int64()), pa.array([ts_ms * 1000] * n, pa.int64()).cast(TS)]
-        return pa.Table.from_arrays(cols, schema=pa.schema(list(base) + CHANGE_FIELDS))
+        cols += [change, pa.array([version] * n, pa.int64()), pa.array([ts_ms * 1000] * n, pa.int64()).cast(_ts())]
+        return pa.Table.from_arrays(cols, schema=pa.schema(list(base) + change_fields()))
 
     def backlog(self, end: Any) -> dict[str, Any] | None:
         try:
