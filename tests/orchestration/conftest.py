@@ -6,32 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 
 import pytest
-import sqlalchemy as sa
-
-PG_ADMIN_URL = os.environ.get("INCREMENTS_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-from orch_testutil import ROWS_PER_FILE, write_files  # noqa: E402
-
-
-def _create_db(prefix: str) -> tuple[str, str]:
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return name, PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-
-
-def _drop_db(name: str) -> None:
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+from orch_testutil import ROWS_PER_FILE, create_db, drop_db, write_files  # noqa: E402
 
 
 class Webhook:
@@ -70,8 +50,8 @@ def dagster_env(tmp_path_factory):
     from orchestration.home import prepare_home
     from orchestration.local_instance import LocalDagster
     root = str(tmp_path_factory.mktemp("orch"))
-    dag_db, dag_url = _create_db("inc_dagster")
-    log_db, log_url = _create_db("inc_log")
+    dag_db, dag_url = create_db("inc_dagster")
+    log_db, log_url = create_db("inc_log")
     home = os.path.join(root, "dagster_home")
     env = prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"))
     hook = Webhook()
@@ -97,5 +77,5 @@ def dagster_env(tmp_path_factory):
         from increments.checkpoint.log import _ENGINES
         for u in [u for u in _ENGINES if u == log_url]:
             _ENGINES.pop(u).dispose()
-        _drop_db(dag_db)
-        _drop_db(log_db)
+        drop_db(dag_db)
+        drop_db(log_db)

@@ -26,11 +26,11 @@ def _write(root: str, f: int, null_names: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def ice_env(tmp_path_factory):
-    from conftest import _create_db, _drop_db
+    from orch_testutil import create_db, drop_db
     from orchestration.home import prepare_home
     from orchestration.local_instance import LocalDagster
     root = str(tmp_path_factory.mktemp("ice"))
-    db, url = _create_db("inc_dagster_ice")
+    db, url = create_db("inc_dagster_ice")
     home = os.path.join(root, "dagster_home")
     env = prepare_home(home, pg_url=url.replace("postgresql+psycopg://", "postgresql+psycopg2://"))
     env.update(INCREMENTS_TEST_DIR=root, PYTHONPATH=REPO)
@@ -46,7 +46,7 @@ def ice_env(tmp_path_factory):
         yield {"dagster": inst, "root": root}
     finally:
         inst.stop()
-        _drop_db(db)
+        drop_db(db)
 
 
 def _asset_nodes(d) -> dict[str, dict]:
