@@ -3,7 +3,8 @@
 #   bash dev.sh demo    set up (venv + install) and run the demo query on the embedded defaults
 #   bash dev.sh test    set up (venv + install), start/install what the tests need, run the test suite
 #   bash dev.sh ui      set up, prepare the Dagster home .dagster (SQLite) and start `dagster dev`
-#                       on the example queries (UI on http://127.0.0.1:3000)
+#                       on the example queries (UI on http://127.0.0.1:3000); INCREMENTS_CELERY=1 bash dev.sh ui
+#                       launches batch runs on a warm Celery worker it starts (orchestration/celery.py)
 #   bash dev.sh launch <job>   launch a job of the workspace on the .dagster instance `ui` runs
 #                       (e.g. bash dev.sh launch clicks_bronze_batch: the next batch, or the redo
 #                       that resumes a halted query); no DAGSTER_HOME needed
@@ -51,9 +52,16 @@ case "$cmd" in
   demo) exec .venv/bin/python examples/demo.py "$@" ;;
   test) test_prerequisites; exec .venv/bin/python -m pytest -q "$@" ;;
   ui)
-    .venv/bin/python -m orchestration.home .dagster --sqlite >/dev/null
+    .venv/bin/python -m orchestration.home .dagster --sqlite ${INCREMENTS_CELERY:+--celery} >/dev/null
     export DAGSTER_HOME="$PWD/.dagster"
     echo "[dev.sh] DAGSTER_HOME=$DAGSTER_HOME (SQLite); demo data: python examples/queries.py 6"
+    if [ -n "${INCREMENTS_CELERY:-}" ]; then
+      echo "[dev.sh] batch runs on a warm Celery worker (log .dagster/celery-worker.log)"
+      .venv/bin/python -m orchestration.celery worker -Q increments-runs,dagster,increments-p0,increments-p1 \
+        > .dagster/celery-worker.log 2>&1 &
+      trap 'kill $! 2>/dev/null' EXIT
+    fi
+    if [ -n "${INCREMENTS_CELERY:-}" ]; then .venv/bin/dagster dev -w workspace.yaml "$@"; exit $?; fi
     exec .venv/bin/dagster dev -w workspace.yaml "$@" ;;
   launch)
     [ $# -ge 1 ] || { echo "usage: bash dev.sh launch <job> [dagster job launch args], e.g. clicks_bronze_batch" >&2; exit 2; }

@@ -171,14 +171,19 @@ def _fanout_reason(writer: Any, fanout: bool | None, executor: Any) -> str | Non
 def resolve_executor(executor: Any) -> dg.ExecutorDefinition:
     """`executor=` of @streaming_query: "in_process" (default: every op in the run's process),
     "multiprocess" (one process per op on the run's machine), or any Dagster ExecutorDefinition
-    (dagster_k8s.k8s_job_executor: one Kubernetes job per op; dagster_celery's celery_executor)."""
+    (dagster_k8s.k8s_job_executor: one Kubernetes job per op; dagster_celery's celery_executor);
+    "celery": dagster-celery's executor on warm workers, partition p always on queue
+    increments-p<p mod N> (orchestration/celery.py; needs the `celery` extra)."""
     if executor is None or executor == "in_process":
         return dg.in_process_executor
     if executor == "multiprocess":
         return dg.multiprocess_executor
+    if executor == "celery":              # warm Celery workers, partition p routed to one queue (celery.py)
+        from .celery import celery_executor
+        return celery_executor()
     if isinstance(executor, dg.ExecutorDefinition):
         return executor
-    raise ValueError(f"executor={executor!r}: use 'in_process', 'multiprocess' or a Dagster ExecutorDefinition "
+    raise ValueError(f"executor={executor!r}: use 'in_process', 'multiprocess', 'celery' or a Dagster ExecutorDefinition "
                      "(e.g. dagster_k8s.k8s_job_executor)")
 
 

@@ -2,6 +2,7 @@
 
     python -m orchestration.home .dagster            # PostgreSQL storage ($DAGSTER_PG_URL or the default)
     python -m orchestration.home .dagster --sqlite   # local SQLite storage, no server needed (demo)
+    python -m orchestration.home .dagster --celery   # batch runs on warm Celery workers (orchestration/celery.py)
 
 `bash dev.sh ui` runs the SQLite variant and starts `dagster dev` on it.
 
@@ -18,12 +19,16 @@ DEFAULT_PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/dagster"
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dagster.yaml")
 
 
-def instance_yaml(sqlite: bool = False) -> str:
-    """The shipped orchestration/dagster.yaml; with sqlite=True its storage section is dropped (SQLite in the home)."""
+def instance_yaml(sqlite: bool = False, celery: bool = False) -> str:
+    """The shipped orchestration/dagster.yaml; with sqlite=True its storage section is dropped (SQLite
+    in the home); with celery=True runs launch on warm Celery workers (celery.instance_section)."""
     with open(SHIPPED) as f:
         text = f.read()
     if sqlite:
         text = re.sub(r"(?m)^storage:\n(?:  .*\n)+", "", text)
+    if celery:
+        from .celery import instance_section
+        text += "\n" + instance_section()
     return text
 
 
@@ -40,12 +45,12 @@ def ensure_database(url: str) -> None:
     admin.dispose()
 
 
-def prepare_home(home: str, sqlite: bool = False, pg_url: str | None = None) -> dict[str, str]:
+def prepare_home(home: str, sqlite: bool = False, pg_url: str | None = None, celery: bool = False) -> dict[str, str]:
     """Write <home>/dagster.yaml; return the environment to run dagster with."""
     home = os.path.abspath(home)
     os.makedirs(home, exist_ok=True)
     with open(os.path.join(home, "dagster.yaml"), "w") as f:
-        f.write(instance_yaml(sqlite))
+        f.write(instance_yaml(sqlite, celery))
     env = {"DAGSTER_HOME": home}
     if not sqlite:
         url = pg_url or os.environ.get("DAGSTER_PG_URL") or DEFAULT_PG_URL
@@ -56,12 +61,14 @@ def prepare_home(home: str, sqlite: bool = False, pg_url: str | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    sqlite = "--sqlite" in args
-    args = [a for a in args if a != "--sqlite"]
-    env = prepare_home(args[0] if args else ".dagster", sqlite=sqlite)
+    sqlite, celery = "--sqlite" in args, "--celery" in args
+    args = [a for a in args if a not in ("--sqlite", "--celery")]
+    env = prepare_home(args[0] if args else ".dagster", sqlite=sqlite, celery=celery)
     for k, v in env.items():
         print(f"export {k}={v}")
     print("dagster dev -w workspace.yaml")
+    if celery:
+        print("python -m orchestration.celery worker -Q increments-runs,dagster   # one or more, same DAGSTER_HOME")
     return 0
 
 

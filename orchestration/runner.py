@@ -37,14 +37,18 @@ def runtime_for_run(key: str, writer_factory: Callable[[], Any], path: str | Non
     rt = _RUNTIMES.get((key, run_id))
     if rt is None:
         for k in [k for k in _RUNTIMES if k[0] == key]:
-            close_quietly(_RUNTIMES.pop(k))
+            release_run(*k)
         rt = _RUNTIMES[(key, run_id)] = build_runtime(writer_factory, path, run_id)
+        from .celery_warm import reuse_provider
+        reuse_provider(key, rt)          # a warm Celery worker: the previous run's open state stores
     return rt
 
 
 def release_run(key: str, run_id: str) -> None:
     rt = _RUNTIMES.pop((key, run_id), None)
     if rt is not None:
+        from .celery_warm import keep_provider
+        keep_provider(key, rt)           # a warm Celery worker keeps the state provider for the next run
         close_quietly(rt)
 
 

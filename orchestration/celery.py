@@ -1,0 +1,214 @@
+"""Warm workers (issue 32): batch runs and partition ops on long-lived Celery workers, with
+dagster-celery (same release family as the dagster pin; `pip install increments[celery]`).
+
+Runs: `CeleryRunLauncher` (instance config `run_launcher`, see `instance_section`) sends each
+launched run as a Celery task to queue RUN_QUEUE; a worker started with
+
+    DAGSTER_HOME=... python -m orchestration.celery worker -Q increments-runs -n runs1@%h
+
+executes it in its pool process, which stays up between runs: Dagster, the code location and the
+engine are imported once per worker process, not once per batch. The queue's tag limit still keeps
+one run per query in flight (the run coordinator, unchanged), and every guarantee is the log's:
+a worker that dies mid-run leaves offsets[N] without commits[N]; run monitoring marks the run
+failed (the task's FAILURE when only the pool process died, or no answer to a ping from the worker
+that started it when the whole worker died), run retries relaunch it, and its plan op claims the
+redo of batch N (fence, redo, halt as for any crashed run).
+
+Partition ops: `@streaming_query(executor="celery")` runs the batch's steps on the Celery executor;
+the fanned-out op of state partition p always goes to queue `increments-p<p mod groups>`
+(`partition_queue`), so the worker serving that queue keeps p's RocksDB working copy current
+between batches (INCREMENTS_WARM_STATE=1, set by the worker command: the runtime's state provider
+outlives the run; the token of commits[N-1] decides whether the working copy is reused or rebuilt
+from the checkpoint). The other steps go to queue `dagster`.
+
+Broker and result backend: $INCREMENTS_CELERY_BROKER (default RabbitMQ pyamqp://guest:guest@127.0.0.1:5672//)
+and $INCREMENTS_CELERY_BACKEND (default Redis redis://127.0.0.1:6379/0); the result backend must be
+shared (not rpc://): run monitoring reads the task's state from the daemon.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+DEFAULT_BROKER = "pyamqp://guest:guest@127.0.0.1:5672//"
+DEFAULT_BACKEND = "redis://127.0.0.1:6379/0"
+RUN_QUEUE = "increments-runs"
+STEP_QUEUE = "dagster"
+PARTITION_QUEUE_PREFIX = "increments-p"
+from .celery_warm import WARM_ENV  # noqa: E402
+TICK_S = 0.05          # the executor's poll of its step tasks (dagster-celery's default: 1 s per tick)
+
+
+def broker_url() -> str:
+    return os.environ.get("INCREMENTS_CELERY_BROKER") or DEFAULT_BROKER
+
+
+def backend_url() -> str:
+    return os.environ.get("INCREMENTS_CELERY_BACKEND") or DEFAULT_BACKEND
+
+
+def instance_section(broker: str | None = None, backend: str | None = None, queue: str = RUN_QUEUE) -> str:
+    """The dagster.yaml `run_launcher` section that sends batch runs to warm Celery workers."""
+    return ("# Batch runs execute on long-lived Celery workers (orchestration/celery.py):\n"
+            "#   python -m orchestration.celery worker -Q increments-runs\n"
+            "run_launcher:\n  module: orchestration.celery\n  class: CeleryRunLauncher\n  config:\n"
+            f"    broker: \"{broker or broker_url()}\"\n    backend: \"{backend or backend_url()}\"\n"
+            f"    default_queue: {queue}\n")
+
+
+def partition_queue(step_key: str, groups: int) -> str | None:
+    """The queue of a fanned-out partition step (`<q>__partition[p<n>]`): one per partition group
+    (n mod groups), the same every batch; None for any other step."""
+    m = re.search(r"__partition\[p(\d+)\]$", step_key)
+    return f"{PARTITION_QUEUE_PREFIX}{int(m.group(1)) % groups}" if m else None
+
+
+def _celery_app(broker: str | None = None, backend: str | None = None) -> Any:
+    from dagster_celery.make_app import make_app
+    from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
+    app = make_app({"broker": broker or broker_url(), "backend": backend or backend_url(), "include": [],
+                    "config_source": {"worker_prefetch_multiplier": 1, "task_default_queue": STEP_QUEUE,
+                                      "result_expires": 3600},
+                    "task_default_queue": STEP_QUEUE})
+    create_task(app)
+    create_execute_job_task(app)
+    create_resume_job_task(app)
+    return app
+
+
+def __getattr__(name: str) -> Any:          # `celery -A orchestration.celery` finds `app` lazily
+    if name == "app":
+        globals()["app"] = _celery_app()
+        return globals()["app"]
+    raise AttributeError(name)
+
+
+# -- the run launcher ---------------------------------------------------------------------------
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus  # noqa: E402
+from dagster_celery.launcher import CeleryRunLauncher as _DagsterCeleryRunLauncher  # noqa: E402
+from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG  # noqa: E402
+
+PING_MISSES = 2        # consecutive health checks without an answer from the run's worker: it is gone
+
+
+class CeleryRunLauncher(_DagsterCeleryRunLauncher):
+    """dagster-celery's CeleryRunLauncher, plus: a run whose task was started by a worker that no
+    longer answers a ping (the whole worker was killed: its task stays STARTED in the backend
+    forever) is reported failed, so run monitoring fails it and run retries redo its batch.
+    Resuming a run on another worker is off (dagster-celery 0.29's resume task takes another
+    argument name than its launcher sends); a crashed run is retried instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._misses: dict[str, int] = {}
+
+    @property
+    def supports_resume_run(self) -> bool:
+        return False
+
+    def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:
+        res = super().check_run_worker_health(run)
+        if res.status != WorkerStatus.RUNNING:
+            self._misses.pop(run.run_id, None)
+            return res
+        info = self.celery.AsyncResult(run.tags[DAGSTER_CELERY_TASK_ID_TAG]).info
+        host = info.get("hostname") if isinstance(info, dict) else None
+        if not host:
+            return res
+        try:
+            alive = bool(self.celery.control.ping(destination=[host], timeout=1.0))
+        except Exception:  # noqa: BLE001 - the broker is down: nothing known about the worker
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the Celery broker did not answer")
+        if alive:
+            self._misses.pop(run.run_id, None)
+            return res
+        self._misses[run.run_id] = n = self._misses.get(run.run_id, 0) + 1
+        if n < PING_MISSES:
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"Celery worker {host} did not answer a ping")
+        self._misses.pop(run.run_id, None)
+        return CheckRunHealthResult(WorkerStatus.FAILED,
+                                    f"Celery worker {host} (pid {info.get('pid')}) that started run {run.run_id} "
+                                    f"does not answer: it died mid-run; the run is failed and retried")
+
+
+# -- the executor -------------------------------------------------------------------------------
+def _executor_def() -> Any:
+    import dagster as dg
+    from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
+
+    class PartitionRoutingCeleryExecutor(CeleryExecutor):
+        def __init__(self, groups: int, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.groups = groups
+
+        def execute(self, plan_context: Any, execution_plan: Any) -> Any:
+            import dagster_celery.core_execution_loop as loop
+            loop.TICK_SECONDS = TICK_S
+            groups = self.groups
+
+            def submit(app, ctx, step, queue, priority, known_state):
+                return _submit_task(app, ctx, step, partition_queue(step.key, groups) or queue, priority, known_state)
+            return loop.core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
+
+    @dg.executor(name="increments_celery",
+                 config_schema={**CELERY_CONFIG,
+                                "partition_queues": dg.Field(int, is_required=False, default_value=2,
+                                                             description="Partition groups: partition p goes to "
+                                                                         "queue increments-p<p mod this>")},
+                 requirements=dg.multiple_process_executor_requirements())
+    def increments_celery_executor(init_context):
+        """dagster-celery's executor; partition p of a fanned-out batch always to queue increments-p<p mod N>."""
+        from dagster._core.execution.retries import RetryMode
+        c = init_context.executor_config
+        return PartitionRoutingCeleryExecutor(
+            groups=max(1, int(c.get("partition_queues", 2))), broker=c.get("broker") or broker_url(),
+            backend=(c.get("backend") if c.get("backend") not in (None, "rpc://") else backend_url()),
+            include=c.get("include"), config_source={"task_default_queue": STEP_QUEUE, **(c.get("config_source") or {})},
+            retries=RetryMode.from_config(c["retries"]))
+    return increments_celery_executor
+
+
+_EXECUTOR: list[Any] = []
+
+
+def celery_executor() -> Any:
+    """The executor of `@streaming_query(executor="celery")` (one definition per process)."""
+    if not _EXECUTOR:
+        _EXECUTOR.append(_executor_def())
+    return _EXECUTOR[0]
+
+
+# -- the worker command -------------------------------------------------------------------------
+def worker_command(queues: list[str], name: str, concurrency: int = 1, loglevel: str = "INFO") -> list[str]:
+    """`celery worker` on this app: the pool process stays up between tasks (prefork, no
+    max-tasks-per-child), so imports and open state stores are paid once."""
+    return [sys.executable, "-m", "celery", "-A", "orchestration.celery", "worker", "-Q", ",".join(queues),
+            "-n", name, "-c", str(concurrency), "--pool", "prefork", "--without-gossip", "--without-mingle",
+            "-l", loglevel]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m orchestration.celery worker [-Q q1,q2] [-n name@%h] [-c N]: a warm worker
+    (INCREMENTS_WARM_STATE=1; needs DAGSTER_HOME, the instance the runs belong to)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "worker":
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    opts = {"-Q": f"{RUN_QUEUE},{STEP_QUEUE}", "-n": "increments@%h", "-c": "1"}
+    rest = args[1:]
+    for i in range(0, len(rest) - 1, 2):
+        opts[rest[i]] = rest[i + 1]
+    if not os.environ.get("DAGSTER_HOME"):
+        print("orchestration.celery worker: set DAGSTER_HOME to the Dagster instance the runs belong to "
+              "(python -m orchestration.home <dir> --celery prepares one)", file=sys.stderr)
+        return 2
+    os.environ[WARM_ENV] = "1"
+    cmd = worker_command(opts["-Q"].split(","), opts["-n"], int(opts["-c"]))
+    os.execv(cmd[0], cmd)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

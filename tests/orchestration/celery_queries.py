@@ -1,0 +1,37 @@
+"""The code location of the warm-worker tests (test_celery_runs.py): files on the moto S3 server
+($INCREMENTS_TEST_BUCKET) -> parquet on S3, checkpoint on S3, batch log in PostgreSQL
+($INCREMENTS_LOG_URL). Its sink, once, pauses after writing batch output when the marker
+$INCREMENTS_TEST_DIR/pause exists (the test SIGKILLs the worker then), recording the pid."""
+import os
+
+import increments as inc
+from increments.sinks.parquet import ParquetSink
+from orchestration import build_definitions
+
+ROOT = os.environ.get("INCREMENTS_TEST_DIR", "/tmp")
+BUCKET = os.environ.get("INCREMENTS_TEST_BUCKET", "s3://unset")
+SCHEMA = "id BIGINT, name STRING"
+
+
+class PausingSink(ParquetSink):
+    def add_batch(self, batch_id, table):
+        res = super().add_batch(batch_id, table)
+        marker = os.path.join(ROOT, "pause")
+        if os.path.exists(marker):
+            os.remove(marker)
+            with open(os.path.join(ROOT, "worker.pid"), "w") as f:
+                f.write(str(os.getpid()))
+            import time
+            time.sleep(300)
+        return res
+
+
+def warm_copy(bucket: str = BUCKET, out: str = "out", chk: str = "chk", trigger=None):
+    frame = inc.read_stream.files(f"{bucket}/in", format="json", schema=SCHEMA, max_files_per_trigger=1)
+    w = (frame.write_stream.format("parquet").output_mode("append").sink(PausingSink(f"{bucket}/{out}"))
+         .option("log_url", os.environ.get("INCREMENTS_LOG_URL")).checkpoint_location(f"{bucket}/{chk}")
+         .query_name("warm_copy"))
+    return w.trigger(**(trigger or {"processing_time": "1 minute"}))
+
+
+defs = build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"})])
