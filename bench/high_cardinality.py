@@ -1,0 +1,198 @@
+"""High-cardinality state in one batch (issue 33 item 3): 2M rows into 1M distinct keys.
+
+    .venv/bin/python bench/high_cardinality.py [--rows 2000000] [--keys 1000000] [--files 4]
+        [--rounds 1] [--spark-python /path/to/python-with-pyspark] [--only count,dedup] [--stores memory,rocksdb]
+        [--key-type bigint|string]
+(profile: py-spy record --threads -o out.svg -- python bench/high_cardinality.py --only count --stores memory)
+
+Input: Parquet files (k, event_time), every key at least once, the rest random repeats, shuffled;
+event times spread over one hour. One batch (available_now, every file in it), foreach_batch doing
+nothing, 2 state partitions:
+  * count: ``group_by("k").count()``, update mode
+  * dedup: ``with_watermark("event_time", "10 minutes").drop_duplicates_within_watermark(["k"])``
+Each workload on the memory and the RocksDB store, timed from start() to the end of the query (start
+and close included), beside, in the same run: Spark 4 Structured Streaming on the same files and query
+(local[2], shuffle partitions 2, HDFS-backed and RocksDB state stores, one JVM, after a warm-up query),
+and DuckDB's one-shot ``SELECT k, count(*) FROM read_parquet(...) GROUP BY k`` (the reference for the
+memory store: target within 4x). Prints each time and the ratios; the machine's load average beside them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+STATE_PARTITIONS = 2
+
+
+def generate(root: str, rows: int, keys: int, files: int, key_type: str, seed: int = 5) -> str:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = os.path.join(root, f"in-{rows}-{keys}-{files}-{key_type}")
+    if os.path.isdir(d) and len(os.listdir(d)) == files:
+        return d
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rng = np.random.default_rng(seed)
+    k = np.concatenate([np.arange(keys, dtype=np.int64), rng.integers(0, keys, max(rows - keys, 0))])
+    rng.shuffle(k)
+    t0 = 1_700_000_000_000_000
+    ts = t0 + np.sort(rng.integers(0, 3_600_000_000, len(k)))
+    per = -(-len(k) // files)
+    for f in range(files):
+        kk = k[f * per:(f + 1) * per]
+        col = pa.array(kk) if key_type == "bigint" else pa.array([f"event-{x:012d}" for x in kk.tolist()])
+        pq.write_table(pa.table({"k": col, "event_time": pa.array(ts[f * per:(f + 1) * per], pa.timestamp("us", tz="UTC"))}),
+                       os.path.join(d, f"part-{f:03d}.parquet"))
+    return d
+
+
+def _discard(table, batch_id) -> None:
+    pass
+
+
+def run_engine(path: str, workload: str, store: str, key_type: str) -> tuple[float, dict]:
+    import increments as inc
+    schema = f"k {'BIGINT' if key_type == 'bigint' else 'STRING'}, event_time TIMESTAMP"
+    frame = inc.read_stream.files(path, "parquet", schema)
+    if workload == "count":
+        out = frame.group_by("k").count()
+        mode = "update"
+    else:
+        out = frame.with_watermark("event_time", "10 minutes").drop_duplicates_within_watermark(["k"])
+        mode = "append"
+    chk = tempfile.mkdtemp(prefix="bench-hc-")
+    t0 = time.perf_counter()
+    q = (out.write_stream.foreach_batch(_discard).output_mode(mode)
+         .option("state_partitions", STATE_PARTITIONS).option("state_store", store)
+         .checkpoint_location(chk).trigger(available_now=True).start())
+    q.await_termination()
+    secs = time.perf_counter() - t0
+    progress = [p for p in q.recent_progress if p.get("numInputRows")]
+    shutil.rmtree(chk, ignore_errors=True)
+    return secs, (progress[0] if progress else {})
+
+
+def run_duckdb(path: str) -> tuple[float, int]:
+    from increments.sql import duckdb_connection
+    con = duckdb_connection()
+    t0 = time.perf_counter()
+    n = con.sql(f"SELECT k, count(*) FROM read_parquet('{path}/*.parquet') GROUP BY k").to_arrow_table().num_rows
+    return time.perf_counter() - t0, n
+
+
+SPARK_SCRIPT = r'''
+import json, sys, tempfile, time
+from pyspark.sql import SparkSession, functions as F
+path, key_type, runs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.ui.enabled", "false").config("spark.driver.memory", "3g").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+schema = f"k {'BIGINT' if key_type == 'bigint' else 'STRING'}, event_time TIMESTAMP"
+PROVIDERS = {"hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+             "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
+def once(workload, store, p):
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[store])
+    df = spark.readStream.format("parquet").schema(schema).load(p)
+    if workload == "count":
+        out, mode = df.groupBy("k").count(), "update"
+    else:
+        out, mode = df.withWatermark("event_time", "10 minutes").dropDuplicatesWithinWatermark(["k"]), "append"
+    t0 = time.perf_counter()
+    q = (out.writeStream.outputMode(mode).foreachBatch(lambda b, i: None)
+         .option("checkpointLocation", tempfile.mkdtemp()).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return time.perf_counter() - t0
+warm = sys.argv[4]
+for w in ("count", "dedup"):
+    for s in ("hdfs", "rocksdb"):
+        once(w, s, warm)        # warm-up: classes loaded, code paths JIT-compiled
+for workload, store in runs:
+    print("SPARK_RESULT", workload, store, once(workload, store, path), flush=True)
+'''
+
+
+def run_spark(spark_python: str, path: str, warm: str, key_type: str, runs: list) -> dict:
+    script = os.path.join(tempfile.mkdtemp(), "spark_hc.py")
+    open(script, "w").write(SPARK_SCRIPT)
+    p = subprocess.run([spark_python, script, path, key_type, json.dumps(runs), warm],
+                       capture_output=True, text=True, timeout=3600)
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("SPARK_RESULT"):
+            _, w, s, secs = line.split()
+            out[(w, s)] = float(secs)
+    if len(out) < len(runs):
+        print("spark reference failed:", p.stderr[-2000:])
+    return out
+
+
+def load() -> str:
+    return "load %.1f/%.1f/%.1f" % os.getloadavg()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--only", default="count,dedup")
+    ap.add_argument("--stores", default="memory,rocksdb")
+    ap.add_argument("--key-type", default="bigint", choices=("bigint", "string"))
+    ap.add_argument("--spark-python", default=os.environ.get("SPARK_PYTHON"))
+    ap.add_argument("--dir", default=os.environ.get("INCREMENTS_BENCH_DIR") or tempfile.gettempdir())
+    a = ap.parse_args()
+    path = generate(a.dir, a.rows, a.keys, a.files, a.key_type)
+    warm = generate(a.dir, 2000, 1000, 1, a.key_type)
+    workloads = a.only.split(",")
+    stores = a.stores.split(",")
+    print(f"high cardinality: {a.rows:,} rows into {a.keys:,} keys ({a.key_type}), {a.files} Parquet files, "
+          f"one batch, {STATE_PARTITIONS} state partitions, foreach_batch doing nothing   ({load()})")
+    for w in workloads:                       # warm-up: imports, DuckDB, the first RocksDB open
+        for s in stores:
+            run_engine(warm, w, s, a.key_type)
+    duck = min(run_duckdb(path)[0] for _ in range(3))
+    print(f"duckdb one-shot GROUP BY k: {duck:.2f} s (best of 3)   ({load()})")
+    eng: dict[tuple[str, str], float] = {}
+    for r in range(a.rounds):
+        for w in workloads:
+            for s in stores:
+                secs, _ = run_engine(path, w, s, a.key_type)
+                eng[(w, s)] = min(eng.get((w, s), secs), secs)
+                print(f"engine {w:5s} {s:7s}: {secs:6.2f} s   ({load()})")
+    sp: dict = {}
+    if a.spark_python and os.path.exists(a.spark_python) and shutil.which("java"):
+        runs = [(w, s) for _ in range(a.rounds) for w in workloads for s in ("hdfs", "rocksdb")]
+        t0 = time.perf_counter()
+        sp = run_spark(a.spark_python, path, warm, a.key_type, runs)
+        for (w, s), secs in sp.items():
+            print(f"spark  {w:5s} {s:7s}: {secs:6.2f} s   ({load()})")
+        print(f"  (the Spark process took {time.perf_counter() - t0:.0f} s with its start and warm-up)")
+    else:
+        print("spark reference: skipped (pass --spark-python with pyspark 4 and Java 17)")
+    print(f"\nsummary ({load()}):")
+    for w in workloads:
+        for s in stores:
+            if (w, s) not in eng:
+                continue
+            line = f"  {w:5s} {s:7s} {eng[(w, s)]:6.2f} s"
+            for ss in ("hdfs", "rocksdb"):
+                if (w, ss) in sp:
+                    line += f" | vs Spark {ss} {sp[(w, ss)]:.2f} s: {sp[(w, ss)] / eng[(w, s)]:.2f}x"
+            if s == "memory" and w == "count":
+                line += f" | {eng[(w, s)] / duck:.2f}x DuckDB's GROUP BY ({duck:.2f} s; target <= 4x)"
+            print(line)
+    print("  targets: >= 2x Spark for count and dedup on both stores")
+
+
+if __name__ == "__main__":
+    main()
