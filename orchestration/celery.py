@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from typing import Any
 
@@ -61,7 +62,7 @@ def instance_section(broker: str | None = None, backend: str | None = None, queu
 def partition_queue(step_key: str, groups: int) -> str | None:
     """The queue of a fanned-out partition step (`<q>__partition[p<n>]`): one per partition group
     (n mod groups), the same every batch; None for any other step."""
-    m = re.search(r"__partition\[p(\d+)\]$", step_key)
+    m = re.search(r"(?:__|\.)partition\[p(\d+)\]$", step_key)
     return f"{PARTITION_QUEUE_PREFIX}{int(m.group(1)) % groups}" if m else None
 
 
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
               "(python -m orchestration.home <dir> --celery prepares one)", file=sys.stderr)
         return 2
     os.environ[WARM_ENV] = "1"
+    os.environ["INCREMENTS_CELERY_WORKER"] = opts["-n"].replace("%h", socket.gethostname())
     cmd = worker_command(opts["-Q"].split(","), opts["-n"], int(opts["-c"]))
     os.execv(cmd[0], cmd)
     return 0

@@ -55,3 +55,21 @@ def _close(provider: Any) -> None:
         provider.close()
     except Exception:  # noqa: BLE001 - closing a cache is best effort
         pass
+
+
+def partition_warmth(rt: Any, batch_id: int, p: int) -> dict[str, Any]:
+    """Metadata of a partition op: the worker it ran on ($INCREMENTS_CELERY_WORKER, set by the
+    worker command) and whether partition p's state opens from this process's working copy as
+    it is ("warm": commits[N-1]'s token matches) or is loaded from the checkpoint ("cold")."""
+    from increments.execution.partitioned import _base_tokens, stateful_op
+    out: dict[str, Any] = {"worker": os.environ.get("INCREMENTS_CELERY_WORKER") or f"pid {os.getpid()}"}
+    try:
+        s = stateful_op(rt.plan)
+        if s is not None:
+            tokens = (_base_tokens(rt, batch_id) or {}).get(s.operator_id) or []
+            token = tokens[p] if p < len(tokens) else None
+            cached = rt.state.provider.is_cached(s.operator_id, p, batch_id - 1, token)
+            out["state_open"] = "warm" if cached else "cold"
+    except Exception:  # noqa: BLE001 - metadata only
+        pass
+    return out

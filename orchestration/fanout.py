@@ -50,11 +50,16 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
         from increments.execution import partitioned, steps
         n, p = part["batch_id"], part["partition"]
 
+        warmth: dict = {}
+
         def run():
+            from .celery_warm import partition_warmth
             rt = _rt(spec, context)
-            return partitioned.process_partition(rt, steps.load_plan(rt, n), p)
+            plan = steps.load_plan(rt, n)
+            warmth.update(partition_warmth(rt, n, p))      # worker, state_open warm/cold (celery.py)
+            return partitioned.process_partition(rt, plan, p)
         info = guarded(spec, context, f"process (partition {p})", n, run)
-        return dg.Output(part, metadata={"partition": p, "num_input_rows": info.num_input_rows,
+        return dg.Output(part, metadata={"partition": p, **warmth, "num_input_rows": info.num_input_rows,
                                          "num_output_rows": info.num_output_rows,
                                          "num_state_rows": info.num_state_rows, "duration_ms": info.process_ms})
 

@@ -35,3 +35,22 @@ def warm_copy(bucket: str = BUCKET, out: str = "out", chk: str = "chk", trigger=
 
 
 defs = build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"})])
+
+
+def warm_counts(bucket: str = BUCKET, out: str = "counts", chk: str = "counts_chk", trigger=None):
+    """A windowed count per campaign over 2 state partitions (RocksDB), fanned out on the Celery executor."""
+    from increments import functions as F
+    frame = (inc.read_stream.files(f"{bucket}/cin", "json", "campaign_id STRING, event_time TIMESTAMP",
+                                   max_files_per_trigger=1)
+             .with_watermark("event_time", "5 minutes").group_by(F.window("event_time", "10 minutes"), "campaign_id")
+             .count())
+    w = (frame.write_stream.format("parquet").output_mode("append")
+         .option("path", f"{bucket}/{out}").option("state_partitions", 2)
+         .option("log_url", os.environ.get("INCREMENTS_LOG_URL")).checkpoint_location(f"{bucket}/{chk}")
+         .query_name("warm_counts"))
+    return w.trigger(**(trigger or {"processing_time": "1 minute"}))
+
+
+def counts_job():
+    return build_definitions([(warm_counts, {"executor": "celery", "sensor_status": "stopped", "max_retries": 1,
+                                             "retry_delay_s": 0.5})]).get_job_def("warm_counts_batch")

@@ -1,0 +1,89 @@
+"""Partition ops on warm Celery workers (issue 32 item 2, real parts): `executor="celery"`, two
+real worker processes (queues increments-p0 and increments-p1, both also on `dagster`), RabbitMQ
+broker, Redis backend, checkpoint and data on the moto S3 server, log in PostgreSQL. Partition p
+runs on the worker of queue increments-p<p> in every batch; from the second batch on its state
+opens from that worker's working copy (warm); the output equals the local runner's."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from orch_testutil import create_db, drop_db
+from test_celery_runs import HERE, REPO, _need, _stop
+
+pytestmark = pytest.mark.dagster
+
+
+def _worker(env, root, queue, name):
+    import subprocess
+    import sys
+    log = open(os.path.join(root, f"worker-{name}.log"), "w")
+    return subprocess.Popen([sys.executable, "-m", "orchestration.celery", "worker", "-Q", f"{queue},dagster",
+                             "-n", f"{name}@%h", "-c", "1"], env=env, cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _rows(path):
+    import increments as inc
+    t = inc.read.parquet_sink(path)
+    return sorted((r["window"]["start"].isoformat(), r["campaign_id"], r["count"]) for r in t.to_pylist())
+
+
+def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(tmp_path, s3_bucket):
+    _need(5672, "RabbitMQ", "rabbitmq-server -detached")
+    _need(6379, "Redis", "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no")
+    import dagster as dg
+    import obstore
+    from dagster._core.events import DagsterEventType
+    from orchestration.home import prepare_home
+    root = str(tmp_path)
+    dag_db, dag_url = create_db("inc_dagster_cp")
+    log_db, log_url = create_db("inc_log_cp")
+    os.environ.update(INCREMENTS_CELERY_BROKER="pyamqp://guest:guest@127.0.0.1:5672//",
+                      INCREMENTS_CELERY_BACKEND="redis://127.0.0.1:6379/3", INCREMENTS_LOG_URL=log_url,
+                      INCREMENTS_TEST_BUCKET=s3_bucket, INCREMENTS_TEST_DIR=root)
+    home = os.path.join(root, "home")
+    env = {**os.environ, **prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://")),
+           "PYTHONPATH": os.pathsep.join([REPO, HERE])}
+    os.environ["DAGSTER_PG_URL"] = env["DAGSTER_PG_URL"]
+    store = obstore.store.from_url(s3_bucket)
+    import datetime as dt
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    for f in range(3):
+        rows = "".join(json.dumps({"campaign_id": f"c{r % 7}", "event_time": (t0 + dt.timedelta(minutes=f * 12 + r))
+                                   .isoformat().replace("+00:00", "Z")}) + "\n" for r in range(20))
+        obstore.put(store, f"cin/part-{f:04d}.json", rows.encode())
+    workers = [_worker(env, root, "increments-p0", "p0"), _worker(env, root, "increments-p1", "p1")]
+    import celery_queries
+    seen: dict[str, list] = {}
+    try:
+        with dg.DagsterInstance.from_config(home) as inst:
+            for _ in range(6):                       # until idle (the last batch is the watermark's)
+                res = dg.execute_job(dg.reconstructable(celery_queries.counts_job), instance=inst)
+                assert res.success
+                if inst.get_run_by_id(res.run_id).tags.get("increments/outcome") == "idle":
+                    break
+                for ev in inst.all_logs(res.run_id, of_type=DagsterEventType.STEP_OUTPUT):
+                    if ".partition[" in (ev.step_key or ""):
+                        md = ev.dagster_event.step_output_data.metadata
+                        seen.setdefault(ev.step_key.split("[")[1].rstrip("]"), []).append(
+                            (md["worker"].value, md.get("state_open").value if md.get("state_open") else None))
+        host = __import__("socket").gethostname()
+        n = len(seen["p0"])
+        assert n >= 3 and len(seen["p1"]) == n
+        assert [w for w, _ in seen["p0"]] == [f"p0@{host}"] * n      # the same queue, the same worker, every batch
+        assert [w for w, _ in seen["p1"]] == [f"p1@{host}"] * n
+        assert [s for _, s in seen["p0"][1:]] == ["warm"] * (n - 1) == [s for _, s in seen["p1"][1:]]
+        celery_queries.warm_counts(s3_bucket, out="ref_counts", chk="ref_counts_chk",
+                                   trigger={"available_now": True}).start().await_termination()
+        assert _rows(f"{s3_bucket}/counts") == _rows(f"{s3_bucket}/ref_counts")
+    finally:
+        for w in workers:
+            _stop(w)
+        from increments.checkpoint.log import _ENGINES
+        for u in [u for u in _ENGINES if u == log_url]:
+            _ENGINES.pop(u).dispose()
+        drop_db(dag_db)
+        drop_db(log_db)
