@@ -19,10 +19,11 @@ class PausingSink(ParquetSink):
         marker = os.path.join(ROOT, "pause")
         if os.path.exists(marker):
             os.remove(marker)
+            # (the -seconds file, if any, is read below: how long this attempt pauses)
             with open(os.path.join(ROOT, "worker.pid"), "w") as f:
                 f.write(str(os.getpid()))
             import time
-            time.sleep(300)
+            time.sleep(float(open(marker + "-seconds").read()) if os.path.exists(marker + "-seconds") else 300)
         return res
 
 

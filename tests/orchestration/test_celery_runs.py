@@ -136,3 +136,81 @@ def test_sigkilled_worker_run_is_retried_and_batch_redone_once(tmp_path, s3_buck
             _ENGINES.pop(u).dispose()
         drop_db(dag_db)
         drop_db(log_db)
+
+
+def test_sigstopped_worker_that_lost_its_batch_commits_nothing(tmp_path, s3_bucket):
+    """Item 3: the fence across workers. w1 is SIGSTOPped mid-batch (its output written), its run is
+    failed (no ping answer) and retried on w2, which commits batch 0; w1 then resumes and its
+    attempt cannot commit state or output: the log's fence refuses it, each row is in the sink once."""
+    _need(5672, "RabbitMQ", "rabbitmq-server -detached")
+    _need(6379, "Redis", "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no")
+    from orchestration.home import prepare_home
+    from orchestration.local_instance import LocalDagster, timeout_scale
+    import obstore
+    root = str(tmp_path)
+    dag_db, dag_url = create_db("inc_dagster_celery")
+    log_db, log_url = create_db("inc_log_celery")
+    broker, backend = "pyamqp://guest:guest@127.0.0.1:5672//", "redis://127.0.0.1:6379/3"
+    os.environ.update(INCREMENTS_CELERY_BROKER=broker, INCREMENTS_CELERY_BACKEND=backend)
+    home = os.path.join(root, "home")
+    env = prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"), celery=True)
+    env = {**os.environ, **env, "INCREMENTS_TEST_DIR": root, "INCREMENTS_TEST_BUCKET": s3_bucket,
+           "INCREMENTS_LOG_URL": log_url, "PYTHONPATH": os.pathsep.join([REPO, HERE])}
+    store = obstore.store.from_url(s3_bucket)
+    for f in range(2):
+        rows = "".join(json.dumps({"id": f * 1000 + r, "name": f"n{f}-{r}"}) + "\n" for r in range(50))
+        obstore.put(store, f"in/part-{f:04d}.json", rows.encode())
+    ws = os.path.join(root, "workspace.yaml")
+    with open(ws, "w") as f:
+        f.write(f"load_from:\n  - python_file:\n      relative_path: {os.path.join(HERE, 'celery_queries.py')}\n"
+                f"      attribute: defs\n      working_directory: {REPO}\n      location_name: celery_test\n")
+    _purge(broker)
+    inst = LocalDagster(home, ws, env=env, cwd=REPO)
+    workers = [_start_worker(env, root, "w1")]
+    try:
+        inst.start(timeout=180)
+        open(os.path.join(root, "pause"), "w").close()
+        with open(os.path.join(root, "pause-seconds"), "w") as f:
+            f.write("20")
+        run_id = inst.launch("warm_copy_batch")
+        pid_file = os.path.join(root, "worker.pid")
+        deadline = time.monotonic() + 120 * timeout_scale()
+        while not os.path.exists(pid_file):
+            assert time.monotonic() < deadline, "the run did not reach its pause on the worker"
+            time.sleep(0.5)
+        pid = int(open(pid_file).read())
+        assert os.getpgid(pid) == workers[0].pid           # the run executes inside the worker's pool process
+        os.killpg(workers[0].pid, signal.SIGSTOP)          # the whole worker is paused mid-batch
+        assert inst.wait_run(run_id, 120)["status"] == "FAILURE"
+        workers.append(_start_worker(env, root, "w2"))
+        deadline = time.monotonic() + 120 * timeout_scale()
+        while True:
+            retries = [r for r in inst.runs({"increments/query": "warm_copy"})
+                       if r["tags"].get("dagster/parent_run_id") == run_id]
+            if retries:
+                break
+            assert time.monotonic() < deadline, "no automatic retry of the failed run"
+            time.sleep(1)
+        retry = inst.wait_run(retries[0]["runId"], 180)
+        assert (retry["status"], retry["tags"]["increments/batch_id"]) == ("SUCCESS", "0")
+        os.killpg(workers[0].pid, signal.SIGCONT)          # the lost attempt wakes up and goes on
+        time.sleep(30 * timeout_scale())                   # its pause (20 s from its start) ends, it tries to commit
+        msgs = [e.get("message") or "" for e in inst.run_events(retry["runId"])]
+        assert any("redo (attempt 2)" in m for m in msgs), msgs      # batch 0 redone, from offsets[0]
+        nxt = inst.wait_run(inst.launch("warm_copy_batch"), 180)
+        assert (nxt["status"], nxt["tags"]["increments/batch_id"]) == ("SUCCESS", "1")
+        assert len([r for r in inst.runs({"increments/query": "warm_copy"})]) == 3   # run, its one retry, batch 1
+        out = _ids(f"{s3_bucket}/out")
+        import celery_queries
+        celery_queries.warm_copy(s3_bucket, out="ref_out", chk="ref_chk",
+                                 trigger={"available_now": True}).option("log_url", log_url).start().await_termination()
+        assert out == _ids(f"{s3_bucket}/ref_out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
+    finally:
+        for w in workers:
+            _stop(w)
+        inst.stop()
+        from increments.checkpoint.log import _ENGINES
+        for u in [u for u in _ENGINES if u == log_url]:
+            _ENGINES.pop(u).dispose()
+        drop_db(dag_db)
+        drop_db(log_db)
