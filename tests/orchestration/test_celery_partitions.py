@@ -11,18 +11,9 @@ import os
 import pytest
 
 from orch_testutil import create_db, drop_db
-from test_celery_runs import HERE, REPO, _need, _stop
+from test_celery_runs import HERE, REPO, _need_brokers, _start_worker, _stop
 
 pytestmark = pytest.mark.dagster
-
-
-def _worker(env, root, queue, name):
-    import subprocess
-    import sys
-    log = open(os.path.join(root, f"worker-{name}.log"), "w")
-    return subprocess.Popen([sys.executable, "-m", "orchestration.celery", "worker", "-Q", f"{queue},dagster",
-                             "-n", f"{name}@%h", "-c", "1"], env=env, cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _rows(path):
@@ -31,9 +22,8 @@ def _rows(path):
     return sorted((r["window"]["start"].isoformat(), r["campaign_id"], r["count"]) for r in t.to_pylist())
 
 
-def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(tmp_path, s3_bucket):
-    _need(5672, "RabbitMQ", "rabbitmq-server -detached")
-    _need(6379, "Redis", "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no")
+def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(tmp_path, s3_bucket, monkeypatch):
+    _need_brokers()
     import dagster as dg
     import obstore
     from dagster._core.events import DagsterEventType
@@ -41,13 +31,14 @@ def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(tmp_path, s3
     root = str(tmp_path)
     dag_db, dag_url = create_db("inc_dagster_cp")
     log_db, log_url = create_db("inc_log_cp")
-    os.environ.update(INCREMENTS_CELERY_BROKER="pyamqp://guest:guest@127.0.0.1:5672//",
-                      INCREMENTS_CELERY_BACKEND="redis://127.0.0.1:6379/3", INCREMENTS_LOG_URL=log_url,
-                      INCREMENTS_TEST_BUCKET=s3_bucket, INCREMENTS_TEST_DIR=root)
+    for k, v in dict(INCREMENTS_CELERY_BROKER="pyamqp://guest:guest@127.0.0.1:5672//",
+                     INCREMENTS_CELERY_BACKEND="redis://127.0.0.1:6379/3", INCREMENTS_LOG_URL=log_url,
+                     INCREMENTS_TEST_BUCKET=s3_bucket, INCREMENTS_TEST_DIR=root).items():
+        monkeypatch.setenv(k, v)
     home = os.path.join(root, "home")
     env = {**os.environ, **prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://")),
            "PYTHONPATH": os.pathsep.join([REPO, HERE])}
-    os.environ["DAGSTER_PG_URL"] = env["DAGSTER_PG_URL"]
+    monkeypatch.setenv("DAGSTER_PG_URL", env["DAGSTER_PG_URL"])
     store = obstore.store.from_url(s3_bucket)
     import datetime as dt
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -55,7 +46,7 @@ def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(tmp_path, s3
         rows = "".join(json.dumps({"campaign_id": f"c{r % 7}", "event_time": (t0 + dt.timedelta(minutes=f * 12 + r))
                                    .isoformat().replace("+00:00", "Z")}) + "\n" for r in range(20))
         obstore.put(store, f"cin/part-{f:04d}.json", rows.encode())
-    workers = [_worker(env, root, "increments-p0", "p0"), _worker(env, root, "increments-p1", "p1")]
+    workers = [_start_worker(env, root, "p0", "increments-p0,dagster"), _start_worker(env, root, "p1", "increments-p1,dagster")]
     import celery_queries
     seen: dict[str, list] = {}
     try:

@@ -30,9 +30,9 @@ def _need(port: int, what: str, start: str) -> None:
         pytest.fail(f"{what} is not running on 127.0.0.1:{port} (the warm-worker tests need it); start it with: {start}")
 
 
-def _start_worker(env: dict, root: str, name: str) -> subprocess.Popen:
+def _start_worker(env: dict, root: str, name: str, queues: str = "increments-runs") -> subprocess.Popen:
     log = open(os.path.join(root, f"worker-{name}.log"), "w")
-    return subprocess.Popen([sys.executable, "-m", "orchestration.celery", "worker", "-Q", "increments-runs",
+    return subprocess.Popen([sys.executable, "-m", "orchestration.celery", "worker", "-Q", queues,
                              "-n", f"{name}@%h", "-c", "1"], env=env, cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -66,17 +66,26 @@ def _ids(path: str) -> list[int]:
     return sorted(t.column("id").to_pylist()) if t.num_rows else []
 
 
-def test_sigkilled_worker_run_is_retried_and_batch_redone_once(tmp_path, s3_bucket):
+def _need_brokers() -> None:
     _need(5672, "RabbitMQ", "rabbitmq-server -detached")
     _need(6379, "Redis", "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no")
+
+
+@pytest.fixture
+def warm(tmp_path, s3_bucket, monkeypatch):
+    """A started instance on the Celery run launcher, worker w1 running, two input files on S3;
+    yields what the tests use and stops the workers (also those a test appended), the instance and
+    the databases afterwards."""
+    _need_brokers()
     from orchestration.home import prepare_home
-    from orchestration.local_instance import LocalDagster, timeout_scale
+    from orchestration.local_instance import LocalDagster
     import obstore
     root = str(tmp_path)
     dag_db, dag_url = create_db("inc_dagster_celery")
     log_db, log_url = create_db("inc_log_celery")
     broker, backend = "pyamqp://guest:guest@127.0.0.1:5672//", "redis://127.0.0.1:6379/3"
-    os.environ.update(INCREMENTS_CELERY_BROKER=broker, INCREMENTS_CELERY_BACKEND=backend)
+    monkeypatch.setenv("INCREMENTS_CELERY_BROKER", broker)
+    monkeypatch.setenv("INCREMENTS_CELERY_BACKEND", backend)
     home = os.path.join(root, "home")
     env = prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"), celery=True)
     env = {**os.environ, **env, "INCREMENTS_TEST_DIR": root, "INCREMENTS_TEST_BUCKET": s3_bucket,
@@ -94,39 +103,7 @@ def test_sigkilled_worker_run_is_retried_and_batch_redone_once(tmp_path, s3_buck
     workers = [_start_worker(env, root, "w1")]
     try:
         inst.start(timeout=180)
-        open(os.path.join(root, "pause"), "w").close()
-        run_id = inst.launch("warm_copy_batch")
-        pid_file = os.path.join(root, "worker.pid")
-        deadline = time.monotonic() + 120 * timeout_scale()
-        while not os.path.exists(pid_file):
-            assert time.monotonic() < deadline, "the run did not reach its pause on the worker"
-            time.sleep(0.5)
-        pid = int(open(pid_file).read())
-        assert os.getpgid(pid) == workers[0].pid           # the run executes inside the worker's pool process
-        os.killpg(workers[0].pid, signal.SIGKILL)          # the whole worker dies mid-batch (output written)
-        workers[0].wait(10)
-        assert inst.wait_run(run_id, 120)["status"] == "FAILURE"
-        workers.append(_start_worker(env, root, "w2"))
-        deadline = time.monotonic() + 120 * timeout_scale()
-        while True:
-            retries = [r for r in inst.runs({"increments/query": "warm_copy"})
-                       if r["tags"].get("dagster/parent_run_id") == run_id]
-            if retries:
-                break
-            assert time.monotonic() < deadline, "no automatic retry of the failed run"
-            time.sleep(1)
-        retry = inst.wait_run(retries[0]["runId"], 180)
-        assert (retry["status"], retry["tags"]["increments/batch_id"]) == ("SUCCESS", "0")
-        msgs = [e.get("message") or "" for e in inst.run_events(retry["runId"])]
-        assert any("redo (attempt 2)" in m for m in msgs), msgs      # batch 0 redone, from offsets[0]
-        nxt = inst.wait_run(inst.launch("warm_copy_batch"), 180)
-        assert (nxt["status"], nxt["tags"]["increments/batch_id"]) == ("SUCCESS", "1")
-        assert len([r for r in inst.runs({"increments/query": "warm_copy"})]) == 3   # run, its one retry, batch 1
-        out = _ids(f"{s3_bucket}/out")
-        import celery_queries
-        celery_queries.warm_copy(s3_bucket, out="ref_out", chk="ref_chk",
-                                 trigger={"available_now": True}).option("log_url", log_url).start().await_termination()
-        assert out == _ids(f"{s3_bucket}/ref_out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
+        yield {"inst": inst, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket}
     finally:
         for w in workers:
             _stop(w)
@@ -138,79 +115,75 @@ def test_sigkilled_worker_run_is_retried_and_batch_redone_once(tmp_path, s3_buck
         drop_db(log_db)
 
 
-def test_sigstopped_worker_that_lost_its_batch_commits_nothing(tmp_path, s3_bucket):
+def _launch_and_wait_for_pause(warm) -> str:
+    """Launch batch 0 with the pause marker set; return its run id once the run sits in its pause
+    inside w1's pool process (the test query writes worker.pid there)."""
+    from orchestration.local_instance import timeout_scale
+    open(os.path.join(warm["root"], "pause"), "w").close()
+    run_id = warm["inst"].launch("warm_copy_batch")
+    pid_file = os.path.join(warm["root"], "worker.pid")
+    deadline = time.monotonic() + 120 * timeout_scale()
+    while not os.path.exists(pid_file):
+        assert time.monotonic() < deadline, "the run did not reach its pause on the worker"
+        time.sleep(0.5)
+    assert os.getpgid(int(open(pid_file).read())) == warm["workers"][0].pid   # inside the worker's pool process
+    return run_id
+
+
+def _wait_for_retry(warm, run_id: str) -> dict:
+    """The failed run's one automatic retry, waited to its end: it committed batch 0."""
+    from orchestration.local_instance import timeout_scale
+    inst = warm["inst"]
+    deadline = time.monotonic() + 120 * timeout_scale()
+    while True:
+        retries = [r for r in inst.runs({"increments/query": "warm_copy"})
+                   if r["tags"].get("dagster/parent_run_id") == run_id]
+        if retries:
+            break
+        assert time.monotonic() < deadline, "no automatic retry of the failed run"
+        time.sleep(1)
+    retry = inst.wait_run(retries[0]["runId"], 180)
+    assert (retry["status"], retry["tags"]["increments/batch_id"]) == ("SUCCESS", "0")
+    return retry
+
+
+def _assert_redone_once_and_output_equals_local(warm, retry: dict) -> None:
+    inst, bucket = warm["inst"], warm["bucket"]
+    msgs = [e.get("message") or "" for e in inst.run_events(retry["runId"])]
+    assert any("redo (attempt 2)" in m for m in msgs), msgs      # batch 0 redone, from offsets[0]
+    nxt = inst.wait_run(inst.launch("warm_copy_batch"), 180)
+    assert (nxt["status"], nxt["tags"]["increments/batch_id"]) == ("SUCCESS", "1")
+    assert len([r for r in inst.runs({"increments/query": "warm_copy"})]) == 3   # run, its one retry, batch 1
+    out = _ids(f"{bucket}/out")
+    import celery_queries
+    celery_queries.warm_copy(bucket, out="ref_out", chk="ref_chk", trigger={"available_now": True}).option(
+        "log_url", warm["log_url"]).start().await_termination()
+    assert out == _ids(f"{bucket}/ref_out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
+
+
+def test_sigkilled_worker_run_is_retried_and_batch_redone_once(warm):
+    run_id = _launch_and_wait_for_pause(warm)
+    w1 = warm["workers"][0]
+    os.killpg(w1.pid, signal.SIGKILL)                  # the whole worker dies mid-batch (output written)
+    w1.wait(10)
+    assert warm["inst"].wait_run(run_id, 120)["status"] == "FAILURE"
+    warm["workers"].append(_start_worker(warm["env"], warm["root"], "w2"))
+    _assert_redone_once_and_output_equals_local(warm, _wait_for_retry(warm, run_id))
+
+
+def test_sigstopped_worker_that_lost_its_batch_commits_nothing(warm):
     """Item 3: the fence across workers. w1 is SIGSTOPped mid-batch (its output written), its run is
     failed (no ping answer) and retried on w2, which commits batch 0; w1 then resumes and its
     attempt cannot commit state or output: the log's fence refuses it, each row is in the sink once."""
-    _need(5672, "RabbitMQ", "rabbitmq-server -detached")
-    _need(6379, "Redis", "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no")
-    from orchestration.home import prepare_home
-    from orchestration.local_instance import LocalDagster, timeout_scale
-    import obstore
-    root = str(tmp_path)
-    dag_db, dag_url = create_db("inc_dagster_celery")
-    log_db, log_url = create_db("inc_log_celery")
-    broker, backend = "pyamqp://guest:guest@127.0.0.1:5672//", "redis://127.0.0.1:6379/3"
-    os.environ.update(INCREMENTS_CELERY_BROKER=broker, INCREMENTS_CELERY_BACKEND=backend)
-    home = os.path.join(root, "home")
-    env = prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"), celery=True)
-    env = {**os.environ, **env, "INCREMENTS_TEST_DIR": root, "INCREMENTS_TEST_BUCKET": s3_bucket,
-           "INCREMENTS_LOG_URL": log_url, "PYTHONPATH": os.pathsep.join([REPO, HERE])}
-    store = obstore.store.from_url(s3_bucket)
-    for f in range(2):
-        rows = "".join(json.dumps({"id": f * 1000 + r, "name": f"n{f}-{r}"}) + "\n" for r in range(50))
-        obstore.put(store, f"in/part-{f:04d}.json", rows.encode())
-    ws = os.path.join(root, "workspace.yaml")
-    with open(ws, "w") as f:
-        f.write(f"load_from:\n  - python_file:\n      relative_path: {os.path.join(HERE, 'celery_queries.py')}\n"
-                f"      attribute: defs\n      working_directory: {REPO}\n      location_name: celery_test\n")
-    _purge(broker)
-    inst = LocalDagster(home, ws, env=env, cwd=REPO)
-    workers = [_start_worker(env, root, "w1")]
-    try:
-        inst.start(timeout=180)
-        open(os.path.join(root, "pause"), "w").close()
-        with open(os.path.join(root, "pause-seconds"), "w") as f:
-            f.write("20")
-        run_id = inst.launch("warm_copy_batch")
-        pid_file = os.path.join(root, "worker.pid")
-        deadline = time.monotonic() + 120 * timeout_scale()
-        while not os.path.exists(pid_file):
-            assert time.monotonic() < deadline, "the run did not reach its pause on the worker"
-            time.sleep(0.5)
-        pid = int(open(pid_file).read())
-        assert os.getpgid(pid) == workers[0].pid           # the run executes inside the worker's pool process
-        os.killpg(workers[0].pid, signal.SIGSTOP)          # the whole worker is paused mid-batch
-        assert inst.wait_run(run_id, 120)["status"] == "FAILURE"
-        workers.append(_start_worker(env, root, "w2"))
-        deadline = time.monotonic() + 120 * timeout_scale()
-        while True:
-            retries = [r for r in inst.runs({"increments/query": "warm_copy"})
-                       if r["tags"].get("dagster/parent_run_id") == run_id]
-            if retries:
-                break
-            assert time.monotonic() < deadline, "no automatic retry of the failed run"
-            time.sleep(1)
-        retry = inst.wait_run(retries[0]["runId"], 180)
-        assert (retry["status"], retry["tags"]["increments/batch_id"]) == ("SUCCESS", "0")
-        os.killpg(workers[0].pid, signal.SIGCONT)          # the lost attempt wakes up and goes on
-        time.sleep(30 * timeout_scale())                   # its pause (20 s from its start) ends, it tries to commit
-        msgs = [e.get("message") or "" for e in inst.run_events(retry["runId"])]
-        assert any("redo (attempt 2)" in m for m in msgs), msgs      # batch 0 redone, from offsets[0]
-        nxt = inst.wait_run(inst.launch("warm_copy_batch"), 180)
-        assert (nxt["status"], nxt["tags"]["increments/batch_id"]) == ("SUCCESS", "1")
-        assert len([r for r in inst.runs({"increments/query": "warm_copy"})]) == 3   # run, its one retry, batch 1
-        out = _ids(f"{s3_bucket}/out")
-        import celery_queries
-        celery_queries.warm_copy(s3_bucket, out="ref_out", chk="ref_chk",
-                                 trigger={"available_now": True}).option("log_url", log_url).start().await_termination()
-        assert out == _ids(f"{s3_bucket}/ref_out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
-    finally:
-        for w in workers:
-            _stop(w)
-        inst.stop()
-        from increments.checkpoint.log import _ENGINES
-        for u in [u for u in _ENGINES if u == log_url]:
-            _ENGINES.pop(u).dispose()
-        drop_db(dag_db)
-        drop_db(log_db)
+    from orchestration.local_instance import timeout_scale
+    with open(os.path.join(warm["root"], "pause-seconds"), "w") as f:
+        f.write("20")
+    run_id = _launch_and_wait_for_pause(warm)
+    w1 = warm["workers"][0]
+    os.killpg(w1.pid, signal.SIGSTOP)                  # the whole worker is paused mid-batch
+    assert warm["inst"].wait_run(run_id, 120)["status"] == "FAILURE"
+    warm["workers"].append(_start_worker(warm["env"], warm["root"], "w2"))
+    retry = _wait_for_retry(warm, run_id)
+    os.killpg(w1.pid, signal.SIGCONT)                  # the lost attempt wakes up and goes on
+    time.sleep(30 * timeout_scale())                   # its pause (20 s from its start) ends, it tries to commit
+    _assert_redone_once_and_output_equals_local(warm, retry)
