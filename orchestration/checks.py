@@ -44,7 +44,7 @@ def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
     from .ops import ERRORS_CHECK
 
     @dg.asset_check(asset=spec.sink_key, name=spec.check_name(ERRORS_CHECK), description=ERRORS_DESCRIPTION,
-                    blocking=False)
+                    blocking=True)  # a halted query's sink must not feed downstream assets in the same run
     def check(context) -> dg.AssetCheckResult:
         from .ops import error_location
         from .sensors import halt_state, halt_text

@@ -40,7 +40,12 @@ def _store_kind(parts: list[str]) -> set[str]:
 
 
 def sink_kinds(key: dg.AssetKey, description: str = "") -> set[str]:
-    """The kinds of a sink asset, from its key (assets.py) and its description."""
+    """The kinds of a sink asset: its storage (from its key, assets.py, and its description) plus
+    `duckdb`, the engine that computes every batch written to it (at most 3, Dagster's limit)."""
+    return _sink_storage_kinds(key, description) | {"duckdb"}
+
+
+def _sink_storage_kinds(key: dg.AssetKey, description: str = "") -> set[str]:
     p = list(key.path)
     head = p[0] if p else ""
     if head == "delta":

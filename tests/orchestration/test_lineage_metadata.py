@@ -94,15 +94,22 @@ def test_silver_batch_names_its_bronze_batches_and_standard_metadata(tmp_path, m
     assert s0.metadata["lineage"].value[0]["versions"] == [0, 1]          # the bronze table's Delta versions
     assert s0.metadata["dagster/row_count"].value == 3 * ROWS
 
-    # kinds name the storage, not `increments`
+    # kinds name the storage and the engine that computes the sink, not `increments`
     graph = defs.resolve_asset_graph()
-    assert graph.get(dg.AssetKey(["delta", "lake", "clicks_silver"])).kinds == {"delta"}
+    assert graph.get(dg.AssetKey(["delta", "lake", "clicks_silver"])).kinds == {"delta", "duckdb"}
     assert graph.get(dg.AssetKey(["files", "landing", "clicks"])).kinds == {"files"}
     # checks only where they apply: no Kafka source anywhere; a watermark only in hourly_clicks
     checks = {(tuple(k.asset_key.path), k.name) for c in defs.asset_checks for k in c.check_keys}
     assert not [c for c in checks if c[1] == "kafka_lag"]
     assert (("delta", "lake", "hourly_clicks"), "watermark_lag") in checks
     assert (("delta", "lake", "clicks_bronze"), "watermark_lag") not in checks
+    # the halt check blocks downstream assets; the health checks only warn
+    silver_checks = {k.name: graph.get_check_spec(k) for c in defs.asset_checks for k in c.check_keys
+                     if tuple(k.asset_key.path) == ("delta", "lake", "clicks_silver")}
+    (errors,) = [c for n, c in silver_checks.items() if n.endswith("batch_errors")]
+    assert errors.blocking
+    assert not [c for n, c in silver_checks.items() if n.endswith("watermark_lag") or n.endswith("kafka_lag")
+                if c.blocking]
 
     # the same lineage in `increments history`
     out = subprocess.run([sys.executable, "-m", "increments.cli", "history", "clicks_silver"], cwd=REPO,
