@@ -87,7 +87,7 @@ def __getattr__(name: str) -> Any:          # `celery -A orchestration.celery` f
 
 
 # -- the run launcher ---------------------------------------------------------------------------
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus  # noqa: E402
+from .dagster_internals import CheckRunHealthResult, WorkerStatus  # noqa: E402
 from dagster_celery.launcher import CeleryRunLauncher as _DagsterCeleryRunLauncher  # noqa: E402
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG  # noqa: E402
 
@@ -161,7 +161,7 @@ def _executor_def() -> Any:
                  requirements=dg.multiple_process_executor_requirements())
     def increments_celery_executor(init_context):
         """dagster-celery's executor; partition p of a fanned-out batch always to queue increments-p<p mod N>."""
-        from dagster._core.execution.retries import RetryMode
+        from .dagster_internals import RetryMode
         c = init_context.executor_config
         return PartitionRoutingCeleryExecutor(
             groups=max(1, int(c.get("partition_queues", 2))), broker=c.get("broker") or broker_url(),

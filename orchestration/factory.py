@@ -196,7 +196,7 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     """Jobs, sensor, schedule and checks of one query (its assets come from build_definitions)."""
     from .checks import make_checks
     from .expectations import make_expectation_checks
-    from .schedules import make_drain_job, make_schedule
+    from .schedules import make_drain_anchor, make_drain_job, make_schedule
     from .sensors import make_sensor
     batch_job = make_batch_job(spec)
     drain_job = make_drain_job(spec)
@@ -206,7 +206,7 @@ def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     from .maintenance import delta_target
     from .migrate import make_migrate_job
     fresh_check, fresh_sensor = make_freshness(spec, spec.freshness_grace)
-    jobs = [batch_job, drain_job]
+    jobs = [batch_job, drain_job, make_drain_anchor(spec)]
     if delta_target(spec.writer_factory(), spec.path) is not None:      # increments migrate: Delta sinks
         jobs.append(make_migrate_job(spec))
     return dg.Definitions.merge(
@@ -267,10 +267,14 @@ def default_executor(specs: list[QuerySpec]) -> dg.ExecutorDefinition:
     return next(iter(execs.values())) if len(execs) == 1 else dg.in_process_executor
 
 
-def build_definitions(queries: list[Any], asset_root: str | None = None) -> dg.Definitions:
+def build_definitions(queries: list[Any], asset_root: str | None = None,
+                      retention_days: int | None = None) -> dg.Definitions:
     """Definitions for many queries: each item a writer factory (decorated or not) or a
-    (factory, {options}) pair. Asset keys of paths under `asset_root` are relative to it."""
+    (factory, {options}) pair. Asset keys of paths under `asset_root` are relative to it.
+    `retention_days`: delete Dagster history older than that daily (retention.py; default off)."""
     from .assets import build_assets
+    from .dagster_internals import check_deployment
+    check_deployment()               # an unsupported Dagster, or a run coordinator that launches at once: refused
     specs = []
     for q in queries:
         fn, opts = (q if isinstance(q, tuple) else (q, {}))
@@ -286,7 +290,10 @@ def build_definitions(queries: list[Any], asset_root: str | None = None) -> dg.D
     parts = [spec_definitions(sp) for sp in specs]
     owner = {sp.sink_key: sp for sp in specs if not sp.shared_sink}
     assets = [make_batch_asset(owner[a.key], a) if a.key in owner else a for a in build_assets(specs)]
-    return dg.Definitions.merge(dg.Definitions(assets=assets, executor=default_executor(specs)), *parts)
+    defs = dg.Definitions.merge(dg.Definitions(assets=assets, executor=default_executor(specs)), *parts)
+    from .retention import make_retention
+    instigators = {s.name for s in defs.sensors or []} | {s.name for s in defs.schedules or []}
+    return dg.Definitions.merge(defs, make_retention([sp.name for sp in specs], instigators, retention_days))
 
 
 def definitions_from_module(module: str) -> dg.Definitions:
@@ -296,4 +303,5 @@ def definitions_from_module(module: str) -> dg.Definitions:
     queries = getattr(mod, "QUERIES", None)
     if queries is None:
         queries = [v for v in vars(mod).values() if callable(v) and hasattr(v, "__increments_query__")]
-    return build_definitions(list(queries), asset_root=getattr(mod, "ASSET_ROOT", None))
+    return build_definitions(list(queries), asset_root=getattr(mod, "ASSET_ROOT", None),
+                             retention_days=getattr(mod, "RETENTION_DAYS", None))

@@ -80,8 +80,8 @@ def rule_for(spec: Any, grace: str | None = None) -> Rule:
 
 
 def _last_tick_ms(cron: str, now_ms: int) -> int:
-    from dagster._utils.schedules import reverse_cron_string_iterator
-    return int(next(reverse_cron_string_iterator(now_ms / 1000, cron, "UTC")).timestamp() * 1000)
+    from .dagster_internals import last_cron_tick
+    return int(last_cron_tick(cron, now_ms / 1000) * 1000)
 
 
 def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = None,

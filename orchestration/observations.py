@@ -82,7 +82,7 @@ def observation_events(spec: Any, rt: Any, materialized: set | None = None) -> l
     location materializes (`materialized`) gets the backlog but no data version (its
     materializations carry its versions)."""
     import dagster as dg
-    from dagster._core.definitions.data_version import DATA_VERSION_TAG
+    from .dagster_internals import DATA_VERSION_TAG
     events = []
     for keys, st in zip(source_keys_by_index(spec, rt), source_state(rt)):
         for key in keys:

@@ -130,6 +130,11 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
 
 
 def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: str, md: dict[str, Any]) -> None:
+    from .chain import end_batch
+    try:
+        end_batch(context, spec, failed=True)        # a drain's backfill shows the failed batch
+    except Exception as e:  # noqa: BLE001 - the halt below is what must be recorded
+        context.log.warning(f"could not record the failure in the drain's backfill: {e!r}")
     _tag(context, {OUTCOME_TAG: "failed", ERROR_TAG: f"step {step}: {text}",
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
     where = error_location(text)
@@ -188,6 +193,13 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         if context.dagster_run.tags.get(QUERY_TAG) != spec.name:     # a Materialize runs Dagster's asset job
             _tag(context, {QUERY_TAG: spec.name})
         wanted, drain_id, bad = wanted_batch(context)
+        from . import chain
+        stop = chain.begin_batch(context, spec)     # a drain backfill's run: the next run created, out of cancel
+        if stop:
+            context.log.info(stop)
+            chain.end_batch(context, spec)
+            mark_idle(context, spec, stop)
+            return
         if bad:
             refusal_tags(context, spec, bad, None)
             yield dg.Output(f"query {spec.name}: {bad}", "refused")
@@ -205,6 +217,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                 context.log_event(drain_observation(spec, drain.drain_id, "done", drain.batches))
                 msg += f"; AvailableNow drain {drain.drain_id} is done"
             context.log.info(msg + "; the later steps are skipped")
+            chain.end_batch(context, spec)
             mark_idle(context, spec, "no new data, no time-based work"
                       + (f"; drain {drain.drain_id} done" if drain is not None else ""))
             return
@@ -278,15 +291,14 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             yield dg.Output(None, "result", metadata=md)
         for ev in events:        # after the materialization, so the checks evaluate this batch's
             context.log_event(ev)
-        if nxt is not None:
-            from .chain import submit_next_batch
-            try:
-                run_id = submit_next_batch(context, spec, *nxt)
-            except Exception as e:  # noqa: BLE001 - the sensor requests the batch on its next tick
-                context.log.warning(f"could not queue the next batch run ({e!r}); the trigger sensor will")
-                run_id = None
-            if run_id:
-                context.log.info(f"queued run {run_id} for batch {nxt[0]} of AvailableNow drain {nxt[1]}")
+        from . import chain
+        try:                     # a drain: queue the next batch's run (chain.py)
+            run_id = chain.after_commit(context, spec, batch["batch_id"], nxt)
+        except Exception as e:  # noqa: BLE001 - the sensor requests the batch on its next tick
+            context.log.warning(f"could not queue the next batch run ({e!r}); the trigger sensor will")
+            run_id = None
+        if run_id:
+            context.log.info(f"queued run {run_id} for batch {nxt[0]} of AvailableNow drain {nxt[1]}")
 
     ops = {"plan": plan_op,
            "read": _step("read", "read_batch", "Read (start, end] of every source; stage the rows."),
@@ -352,7 +364,13 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     if drain is None or not drain.active:
         return md, events, None
     if runner.drain_has_more(rt, drain):
-        return md, events, (plan.batch_id + 1, drain_id)
+        from .chain import drain_cancelled
+        if not drain_cancelled(context):
+            return md, events, (plan.batch_id + 1, drain_id)
+        drains.finish(drain_id, "cancelled")           # its backfill was cancelled: stop after this batch
+        context.log.info(f"{rt.where()}: AvailableNow drain {drain_id} cancelled; stopped after batch {plan.batch_id}")
+        events.append(drain_observation(spec, drain_id, "cancelled", drain.batches))
+        return md, events, None
     drains.finish(drain_id)
     context.log.info(f"{rt.where()}: AvailableNow drain {drain_id} reached its target; done")
     events.append(drain_observation(spec, drain_id, "done", drain.batches))   # plan counted this batch

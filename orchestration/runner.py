@@ -88,18 +88,23 @@ def restore_drain(rt: Any, drain: Any) -> None:
             src.set_available_now_target(drain.targets[str(i)])
 
 
+def drain_targets(rt: Any) -> dict[str, Any]:
+    """Fix each source's AvailableNow target at what is available now (set on the sources too)."""
+    targets = {}
+    for i, src in enumerate(rt.sources):
+        src.prepare_available_now()
+        targets[str(i)] = src.available_now_target()
+    return targets
+
+
 def start_drain(rt: Any) -> tuple[Any, bool]:
-    """Fix each source's AvailableNow target at what is available now; (drain, created)."""
+    """The active drain, or a new one with the targets available now; (drain, created)."""
     from increments.checkpoint.drains import DrainLog
     drains = DrainLog.for_runtime(rt)
     cur = drains.active()
     if cur is not None:
         return cur, False
-    targets = {}
-    for i, src in enumerate(rt.sources):
-        src.prepare_available_now()
-        targets[str(i)] = src.available_now_target()
-    return drains.start(targets)
+    return drains.start(drain_targets(rt))
 
 
 def drain_has_more(rt: Any, drain: Any) -> bool:

@@ -14,8 +14,9 @@ Each tick (at most every `sensor_interval_s`, >= 5 s, the processing-time interv
 Refused runs do not count as "the last batch run". A halt ends when a launch of `<q>_batch` (no
 batch id) or a Materialize of the sink asset commits: the launch redoes the failed batch. The request
 carries run tag increments/batch_id=N (a stale copy of it is refused once N is committed) and run key `<q>-b<N>-a<k>`, k = how many runs of
-batch N exist. During a drain, the commit op queues the next batch itself (chain.py); this sensor
-starts the first batch of a drain and catches up if a chained request was lost.
+batch N exist. During a drain, the drain's start run queues its first batch and each commit the next (chain.py);
+this sensor catches up when a chained request was lost, and records a drain whose backfill was
+cancelled as `cancelled`.
 Sources are asked side-effect free (backlog) here.
 """
 from __future__ import annotations
@@ -106,9 +107,10 @@ def notify(url: str, payload: dict[str, Any], timeout: float = 5.0) -> None:
         resp.read()
 
 
-def batch_request(spec: Any, instance: Any, batch_id: int, drain_id: str | None) -> dg.RunRequest:
+def batch_request(spec: Any, instance: Any, batch_id: int, drain_id: str | None,
+                  drain_tags: dict[str, str] | None = None) -> dg.RunRequest:
     k = len(instance.get_run_ids(dg.RunsFilter(tags={QUERY_TAG: spec.name, BATCH_TAG: str(batch_id)})))
-    tags = {BATCH_TAG: str(batch_id)}
+    tags = {BATCH_TAG: str(batch_id), **(drain_tags or {})}
     if drain_id:
         tags[DRAIN_TAG] = drain_id
     return dg.RunRequest(run_key=f"{spec.key}-b{batch_id}-a{k + 1}", tags=tags)
@@ -145,8 +147,14 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
         try:
             nxt, redo = runner.next_batch_id(rt)
             drain = DrainLog.for_runtime(rt).active()
-            if drain is not None:
-                return batch_request(spec, context.instance, nxt, drain.drain_id)
+            if drain is not None:            # a lost chain (chain.py): the drain's backfill's tags
+                from .chain import drain_request_tags
+                tags = drain_request_tags(context.instance, drain.drain_id, nxt)
+                if tags is None:
+                    DrainLog.for_runtime(rt).finish(drain.drain_id, "cancelled")
+                    return dg.SkipReason(f"query {spec.name}: AvailableNow drain {drain.drain_id} was cancelled "
+                                         "(its backfill); it stops here")
+                return batch_request(spec, context.instance, nxt, drain.drain_id, tags)
             if spec.trigger.kind != "processing_time":
                 return dg.SkipReason(f"query {spec.name} ({spec.trigger.description}): no active drain; start one "
                                      f"with job {spec.key}_available_now or its schedule")

@@ -7,6 +7,8 @@ Everything lives under $INCREMENTS_TEST_DIR; the batch log is $INCREMENTS_LOG_UR
 - kill_copy:    files -> parquet through a sink that, once, sleeps after writing (to be SIGKILLed)
 - bad_copy:     files -> parquet, sensor running, 2 retries 0.5 s apart, halt webhook
                 $INCREMENTS_TEST_WEBHOOK (its landing gets a bad file: the query halts)
+- cancel_copy:  files -> parquet, available_now, schedule stopped (drains launched by the tests), through
+                a sink that holds a written batch while <root>/hold-cancel_copy exists
 - silver_copy:  sensor_copy's Delta table -> parquet, sensor stopped (lineage across queries)
 Asset keys are relative to $INCREMENTS_TEST_DIR: files/landing/<q>, delta/lake/<q>, files/lake/<q>.
 """
@@ -41,6 +43,26 @@ class PausingParquetSink(ParquetSink):
         return res
 
 
+class HoldingParquetSink(ParquetSink):
+    """Writes the batch; while <root>/hold-<query> exists, records <root>/held-<query>-<batch> and waits
+    (so a test can act while a batch is in flight, then let it commit)."""
+
+    def __init__(self, path, query):
+        super().__init__(path)
+        self.query = query
+
+    def add_batch(self, batch_id, table):
+        import time
+        res = super().add_batch(batch_id, table)
+        hold = os.path.join(ROOT, f"hold-{self.query}")
+        if os.path.exists(hold):
+            open(os.path.join(ROOT, f"held-{self.query}-{batch_id}"), "w").close()
+            deadline = time.monotonic() + 300
+            while os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return res
+
+
 def _writer(q: str, fmt: str, trigger: dict, max_files: int = 1, sink=None):
     frame = inc.read_stream.files(landing(q), format="json", schema=SCHEMA, max_files_per_trigger=max_files)
     w = frame.write_stream.format(fmt).output_mode("append")
@@ -70,6 +92,11 @@ def bad_copy():
     return _writer("bad_copy", "parquet", {"processing_time": "5 seconds"})
 
 
+def cancel_copy():
+    return _writer("cancel_copy", "parquet", {"available_now": True},
+                   sink=HoldingParquetSink(os.path.join(ROOT, "lake", "cancel_copy"), "cancel_copy"))
+
+
 def silver_copy():
     frame = inc.read_stream.delta(os.path.join(ROOT, "lake", "sensor_copy"))
     return (frame.write_stream.format("parquet").output_mode("append")
@@ -84,5 +111,6 @@ defs = build_definitions([
     (kill_copy, {"path": os.path.join(ROOT, "lake", "kill_copy"), "sensor_status": "stopped"}),
     (bad_copy, {"path": os.path.join(ROOT, "lake", "bad_copy"), "max_retries": 2, "retry_delay_s": 0.5,
                 "halt_webhook": os.environ.get("INCREMENTS_TEST_WEBHOOK")}),
+    (cancel_copy, {"path": os.path.join(ROOT, "lake", "cancel_copy"), "schedule_status": "stopped"}),
     (silver_copy, {"path": os.path.join(ROOT, "lake", "silver_copy"), "sensor_status": "stopped"}),
 ], asset_root=ROOT)
