@@ -1,5 +1,6 @@
-"""Code location of bench/dagster_overhead.py: one small file query, an empty one-op job, and an
-AvailableNow query drained one file per batch (its sensor starts the drain's first batch)."""
+"""Code location of bench/dagster_overhead.py: one small file query, an empty one-op job, an empty
+five-op job (Dagster's own floor for a run of five ops: the batch graph's shape, no work), and an
+AvailableNow query drained one file per batch (a backfill: its start run queues the first batch)."""
 import os
 
 import dagster as dg
@@ -34,8 +35,18 @@ def empty_job():
     noop()
 
 
+@dg.op
+def step(x):
+    return x
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def empty5_job():
+    step.alias("commit")(step.alias("write")(step.alias("process")(step.alias("read")(noop.alias("plan")()))))
+
+
 defs = dg.Definitions.merge(
     build_definitions([(bench_copy, {"path": os.path.join(ROOT, "lake"), "sensor_status": "stopped"}),
                        (bench_drain, {"path": os.path.join(ROOT, "drain_lake"), "schedule_status": "stopped"})],
                       asset_root=ROOT),
-    dg.Definitions(jobs=[empty_job]))
+    dg.Definitions(jobs=[empty_job, empty5_job]))

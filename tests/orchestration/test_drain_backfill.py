@@ -15,7 +15,8 @@ from test_dagster_instance import parquet_ids, query_runs, wait_for
 
 pytestmark = pytest.mark.dagster
 
-BACKFILL = """query($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename ... on PartitionBackfill {
+BACKFILL = """query($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
+    ... on PythonError { message stack } ... on PartitionBackfill {
     id status title description numPartitions partitionNames partitionSetName
     partitionStatusCounts { runStatus count } tags { key value }
     runs(limit: 100) { runId jobName status tags { key value } }
