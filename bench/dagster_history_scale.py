@@ -18,7 +18,9 @@ At each size, in alternating rounds, the medians of:
                          its materialization by run id
     runs page            the query's newest 25 runs (runs list filtered by increments/query)
 Prints each at both sizes and the ratio large/small (goal: <= 1, within noise), with the load
-average. The database is dropped at the end.
+average; at the large size the latest check execution once more after the retention job's index
+(orchestration/dagster_internals.py CHECK_INDEX; the small size's figure is without it). The
+database is dropped at the end (--keep keeps it for EXPLAIN).
 """
 from __future__ import annotations
 
@@ -187,6 +189,7 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--large", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--keep", action="store_true", help="keep the database (printed) for EXPLAIN")
     args = ap.parse_args()
     import dagster as dg
     import psycopg
@@ -218,6 +221,16 @@ def main() -> int:
             grow(dsn, tpl, start, size, t0)
             grown = time.perf_counter() - t
             results[size] = bench_size(inst, defs, sink, size, args.rounds)
+            if size == args.large:         # the retention job's index on check executions (dagster_internals)
+                from orchestration.dagster_internals import ensure_storage_indexes
+                ensure_storage_indexes(inst)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("VACUUM ANALYZE asset_check_executions")
+                with_index = bench_size(inst, defs, sink, size, args.rounds)
+                results[size]["latest check execution, with the retention job's index"] = \
+                    with_index["latest check execution"]
+                results[args.small]["latest check execution, with the retention job's index"] = \
+                    results[args.small]["latest check execution"]
             print(f"# {size} batches in the instance (grown in {grown:.0f} s), load {os.getloadavg()[0]:.1f}",
                   flush=True)
         with psycopg.connect(dsn) as conn:
@@ -235,7 +248,10 @@ def main() -> int:
         print(f"load average {os.getloadavg()}")
     finally:
         inst.dispose()
-        drop_db(name)
+        if args.keep:
+            print(f"kept {url}")
+        else:
+            drop_db(name)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 

@@ -301,3 +301,27 @@ def purge_ticks(instance: Any, names: set[str], before_s: float) -> int:
             instance.purge_ticks(st.instigator_origin_id, st.selector_id, before_s)
             n += 1
     return n
+
+
+#: an index Dagster's schema lacks: its latest-check-execution query (the asset page's check status)
+#: is max(id) per (asset_key, check_name), a scan of every execution of the check without it
+CHECK_INDEX = "increments_check_executions_latest"
+
+
+def ensure_storage_indexes(instance: Any) -> bool:
+    """Create CHECK_INDEX on the event log's asset_check_executions if missing (once; it blocks
+    writes to that table while it builds: seconds for a million rows). True if it was created."""
+    import sqlalchemy as sa
+    storage = _sql_storage(instance.event_log_storage, "event_log_storage")
+    with storage.index_connection() as conn:
+        dialect = conn.engine.dialect.name
+        if dialect == "postgresql":
+            exists = conn.execute(sa.text("SELECT 1 FROM pg_indexes WHERE indexname = :n"), {"n": CHECK_INDEX}).first()
+        else:
+            exists = conn.execute(sa.text("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = :n"),
+                                  {"n": CHECK_INDEX}).first()
+        if exists:
+            return False
+        conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {CHECK_INDEX} ON asset_check_executions "
+                             "(asset_key, check_name, id)"))
+    return True

@@ -83,9 +83,10 @@ def test_schedule_tick_drains_available_now(dagster_env):
     assert [r["tags"]["increments/batch_id"] for r in runs[:3]] == ["0", "1", "2"]
     assert all(r["tags"]["increments/drain_id"] == first_drain for r in runs[:3])
     # the drain's start run queues its first batch; each batch queues the next (no wait for a sensor tick)
-    start = next(r for r in drains if r["tags"].get("increments/drain_id") == first_drain)
-    assert [r["tags"].get("increments/after_run") for r in runs[:3]] == [start["runId"], runs[0]["runId"],
-                                                                         runs[1]["runId"]]
+    start = d.run(runs[0]["tags"]["increments/after_run"])        # the tick's run that started the drain
+    assert start["tags"].get("dagster/schedule_name") == "drain_copy_available_now_schedule"
+    assert start["tags"]["increments/drain_id"] == first_drain and "dagster/backfill" in start["tags"]
+    assert [r["tags"].get("increments/after_run") for r in runs[1:3]] == [runs[0]["runId"], runs[1]["runId"]]
     assert delta_ids(os.path.join(root, "lake", "drain_copy")) == sorted(
         f * 1000 + r for f in range(3) for r in range(ROWS_PER_FILE))
     eng = sa.create_engine(dagster_env["log_url"], poolclass=sa.pool.NullPool)

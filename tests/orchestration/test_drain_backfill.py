@@ -32,7 +32,7 @@ def backfill(d, bid: str) -> dict:
     return bf
 
 
-def backfill_ended(d, bid: str, timeout: float = 150) -> dict:
+def backfill_ended(d, bid: str, timeout: float = 300) -> dict:
     """The backfill once Dagster's backfill daemon (every 30 s) closed it."""
     return wait_for(lambda: (bf := backfill(d, bid))["status"] not in ("REQUESTED", "CANCELING") and bf,
                     timeout, f"backfill {bid} to end", every=2)

@@ -92,6 +92,7 @@ def test_retention_deletes_old_history_keeps_the_latest_batch_and_the_batch_log(
     res = defs.get_job_def(JOB).execute_in_process(
         instance=inst, run_config={"ops": {"purge_old_history": {"config": {"retention_days": 0.2 / DAY}}}})
     assert res.success and inst.get_run_by_id(runs[2]) is None and inst.get_run_by_id(runs[-1]) is not None
+    assert not di.ensure_storage_indexes(inst)             # the job created the check executions' index
     # the SQL batch log is untouched: `increments history` still reads every batch
     from orchestration import runner
     rt = runner.build_runtime(_query(root), os.path.join(root, "lake"))
@@ -113,3 +114,21 @@ def test_retention_is_off_unless_retention_days_is_set(tmp_path, monkeypatch):
     assert defs.get_schedule_def(SCHEDULE).default_status == dg.DefaultScheduleStatus.RUNNING
     with pytest.raises(ValueError, match="retention_days=0"):
         build_definitions([(_query(root), {"path": os.path.join(root, "lake")})], asset_root=root, retention_days=0)
+
+
+@pytest.mark.dagster
+def test_retention_purges_the_old_ticks_of_the_locations_sensors(dagster_env):
+    """On the real instance (daemon running): the trigger sensor's ticks older than the cutoff go."""
+    from test_dagster_instance import wait_for
+
+    from orchestration.retention import purge
+    d = dagster_env["dagster"]
+    wait_for(lambda: len(d.sensor_ticks("drain_copy_trigger")) >= 2, 120, "ticks of drain_copy_trigger")
+    inst = dg.DagsterInstance.from_config(dagster_env["env"]["DAGSTER_HOME"])
+    try:
+        cut = time.time()
+        counts = purge(inst, [], {"drain_copy_trigger"}, 1, now_s=cut + DAY)
+    finally:
+        inst.dispose()
+    assert counts["instigators_purged"] == 1
+    assert all(t["timestamp"] >= cut for t in d.sensor_ticks("drain_copy_trigger", limit=50))
