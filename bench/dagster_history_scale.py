@@ -2,14 +2,14 @@
 
     .venv/bin/python bench/dagster_history_scale.py [--small 1000] [--large 200000] [--rounds 15]
 
-One Dagster instance on PostgreSQL (a fresh database) and one query (files -> parquet) whose two
-batches really run (execute_in_process on the instance): the last one is the template. Then the
-instance is grown to --small and to --large past batches with rows made directly in its storage
+Two Dagster instances on PostgreSQL (fresh databases) and one query (files -> parquet) whose two
+batches really run (execute_in_process on the small instance): the last one is the template. The
+instances are grown to --small and to --large past batches with rows made directly in storage
 (COPY into runs, run_tags, event_logs and asset_check_executions: per batch the run, its tags, its
 asset events -- the sink's materialization, its planned event, five check evaluations -- and five
 check executions, at one-minute spacing back in time; the ~43 step and log events a batch run also
 writes are not copied: only their run's page reads them, through the run_id index), then ANALYZE.
-At each size, in alternating rounds, the medians of:
+Then, the two instances measured alternately in each round, the medians of:
     sensor tick          the query's trigger sensor evaluated (orchestration/sensors.py: the
                          in-flight, last-run and halt queries, then the log: no new data)
     latest mat.          instance.fetch_materializations(sink, limit=1) (the asset page)
@@ -35,30 +35,13 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
-
-PG = os.environ.get("INCREMENTS_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-def create_db() -> tuple[str, str]:
-    import sqlalchemy as sa
-    name = f"inc_hist_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return name, PG.rsplit("/", 1)[0] + "/" + name
-
-
-def drop_db(name: str) -> None:
-    import sqlalchemy as sa
-    admin = sa.create_engine(PG, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+sys.path.insert(0, os.path.join(REPO, "tests", "orchestration"))
+from orch_testutil import create_db, drop_db  # noqa: E402  (PostgreSQL at $INCREMENTS_TEST_PG)
 
 
 def write_file(root: str, i: int, rows: int = 100) -> None:
@@ -88,6 +71,8 @@ class Template:
         cur = conn.cursor()
         cur.execute("SELECT snapshot_id, pipeline_name, mode, status, run_body FROM runs WHERE run_id = %s", (run_id,))
         self.run = cur.fetchone()
+        cur.execute("SELECT snapshot_id, snapshot_body, snapshot_type FROM snapshots")
+        self.snapshots = cur.fetchall()          # the job and plan snapshots the runs name
         cur.execute("SELECT key, value FROM run_tags WHERE run_id = %s", (run_id,))
         self.tags = cur.fetchall()
         cur.execute("SELECT event, dagster_event_type, step_key, asset_key, partition FROM event_logs WHERE run_id = %s "
@@ -116,6 +101,9 @@ def grow(dsn: str, tpl: Template, start: int, stop: int, t0: float) -> None:
 
     ids = {b: str(uuid.uuid4()) for b in range(start, stop)}
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        for snap in tpl.snapshots:
+            cur.execute("INSERT INTO snapshots (snapshot_id, snapshot_body, snapshot_type) VALUES (%s, %s, %s) "
+                        "ON CONFLICT DO NOTHING", snap)
         with cur.copy("COPY runs (run_id, snapshot_id, pipeline_name, mode, status, run_body, create_timestamp, "
                       "update_timestamp, start_time, end_time) FROM STDIN") as cp:
             snap, job, mode, status, body = tpl.run
@@ -143,7 +131,7 @@ def grow(dsn: str, tpl: Template, start: int, stop: int, t0: float) -> None:
 
 
 def measure(inst, defs, spec_name: str, sink, batch: int) -> dict[str, float]:
-    """One round: seconds per operation."""
+    """One round on one instance: seconds per operation."""
     import dagster as dg
 
     from orchestration.ops import BATCH_TAG, QUERY_TAG
@@ -171,87 +159,92 @@ def measure(inst, defs, spec_name: str, sink, batch: int) -> dict[str, float]:
     return out
 
 
-def bench_size(inst, defs, sink, batches: int, rounds: int) -> dict[str, float]:
-    samples: dict[str, list[float]] = {}
-    measure(inst, defs, "hist_copy", sink, batch=batches // 2)          # warm-up (caches, connections)
-    for r in range(rounds):
-        for k, v in measure(inst, defs, "hist_copy", sink, batch=(r * 7919) % batches).items():
-            samples.setdefault(k, []).append(v)
-    return {k: statistics.median(v) for k, v in samples.items()}
+def bench(instances: dict[int, Any], defs, sink, rounds: int, keys: dict[str, str] | None = None
+          ) -> dict[int, dict[str, float]]:
+    """Medians per size, the sizes measured alternately in each round (one warm-up round first)."""
+    samples: dict[int, dict[str, list[float]]] = {n: {} for n in instances}
+    for r in range(rounds + 1):
+        for n, inst in instances.items():
+            got = measure(inst, defs, "hist_copy", sink, batch=(r * 7919) % n)
+            for k, v in got.items():
+                if r:
+                    samples[n].setdefault((keys or {}).get(k, k), []).append(v)
+    return {n: {k: statistics.median(v) for k, v in by.items()} for n, by in samples.items()}
 
 
 def main() -> int:
     import warnings
     warnings.filterwarnings("ignore")
-    import logging
-    logging.getLogger("dagster").setLevel(logging.WARNING)
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--large", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--keep", action="store_true", help="keep the database (printed) for EXPLAIN")
+    ap.add_argument("--keep", action="store_true", help="keep the databases (printed) for EXPLAIN")
     args = ap.parse_args()
     import dagster as dg
     import psycopg
 
     from orchestration import build_definitions
+    from orchestration.dagster_internals import ensure_storage_indexes
     root = tempfile.mkdtemp(prefix="inc_hist_")
-    name, url = create_db()
-    home = os.path.join(root, "home")
-    os.makedirs(home)
-    with open(os.path.join(home, "dagster.yaml"), "w") as f:
-        f.write("storage:\n  postgres:\n    postgres_url: " + url.replace("postgresql+psycopg://", "postgresql+psycopg2://")
-                + "\ntelemetry:\n  enabled: false\n")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
-    inst = dg.DagsterInstance.from_config(home)
+    dbs, instances, dsns = {}, {}, {}
     try:
+        for n in (args.small, args.large):         # one instance per size, same query, same template
+            name, url = create_db("inc_hist")
+            dbs[n] = name
+            home = os.path.join(root, f"home{n}")
+            os.makedirs(home)
+            with open(os.path.join(home, "dagster.yaml"), "w") as f:
+                f.write("storage:\n  postgres:\n    postgres_url: "
+                        + url.replace("postgresql+psycopg://", "postgresql+psycopg2://") + "\ntelemetry:\n  enabled: false\n")
+            dsns[n] = url.replace("postgresql+psycopg://", "postgresql://")
+            instances[n] = dg.DagsterInstance.from_config(home)
         for i in range(2):
             write_file(root, i)
         q = make_query(root)
         defs = build_definitions([(q, {"path": os.path.join(root, "lake"), "sensor_status": "stopped"})], asset_root=root)
         job = defs.get_job_def("hist_copy_batch")
-        runs = [job.execute_in_process(instance=inst).run_id for _ in range(2)]
+        small = instances[args.small]
+        runs = [job.execute_in_process(instance=small).run_id for _ in range(2)]     # the real batches 0 and 1
         sink = dg.AssetKey(["files", "lake"])
-        with psycopg.connect(dsn) as conn:
+        with psycopg.connect(dsns[args.small]) as conn:
             tpl = Template(conn, runs[-1], 1)
         t0 = time.time() - 60 * (args.large + 60)
-        results = {}
-        for size, start in ((args.small, 2), (args.large, args.small)):
+        for n in instances:
             t = time.perf_counter()
-            grow(dsn, tpl, start, size, t0)
-            grown = time.perf_counter() - t
-            results[size] = bench_size(inst, defs, sink, size, args.rounds)
-            if size == args.large:         # the retention job's index on check executions (dagster_internals)
-                from orchestration.dagster_internals import ensure_storage_indexes
-                ensure_storage_indexes(inst)
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute("VACUUM ANALYZE asset_check_executions")
-                with_index = bench_size(inst, defs, sink, size, args.rounds)
-                results[size]["latest check execution, with the retention job's index"] = \
-                    with_index["latest check execution"]
-                results[args.small]["latest check execution, with the retention job's index"] = \
-                    results[args.small]["latest check execution"]
-            print(f"# {size} batches in the instance (grown in {grown:.0f} s), load {os.getloadavg()[0]:.1f}",
-                  flush=True)
-        with psycopg.connect(dsn) as conn:
-            sizes = [(t, conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0],
-                      conn.execute(f"SELECT pg_size_pretty(pg_total_relation_size('{t}'))").fetchone()[0])
-                     for t in ("runs", "run_tags", "event_logs", "asset_check_executions")]
-        print("| table | rows | size |\n|---|---|---|")
-        for rel, n, size in sizes:
-            print(f"| {rel} | {n} | {size} |")
-        print(f"\n| operation (median of {args.rounds}) | {args.small} batches | {args.large} batches | ratio |")
+            grow(dsns[n], tpl, 2 if n == args.small else 0, n, t0)
+            print(f"# {n} batches in instance {dbs[n]} (grown in {time.perf_counter() - t:.0f} s)", flush=True)
+        print(f"# measuring, load {os.getloadavg()[0]:.1f}", flush=True)
+        results = bench(instances, defs, sink, args.rounds)
+        for n, inst in instances.items():         # the retention job's index on check executions
+            ensure_storage_indexes(inst)
+            with psycopg.connect(dsns[n], autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE asset_check_executions")
+        with_index = bench(instances, defs, sink, args.rounds,
+                           {"latest check execution": "latest check execution, with the retention job's index"})
+        for n in instances:
+            results[n]["latest check execution, with the retention job's index"] = \
+                with_index[n]["latest check execution, with the retention job's index"]
+        print("| table (large instance) | rows | size |\n|---|---|---|")
+        with psycopg.connect(dsns[args.large]) as conn:
+            for t in ("runs", "run_tags", "event_logs", "asset_check_executions"):
+                rows = conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                size = conn.execute(f"SELECT pg_size_pretty(pg_total_relation_size('{t}'))").fetchone()[0]
+                print(f"| {t} | {rows} | {size} |")
+        print(f"\n| operation (median of {args.rounds}, alternating) | {args.small} batches | {args.large} batches | ratio |")
         print("|---|---|---|---|")
         for k in results[args.small]:
             a, b = results[args.small][k], results[args.large][k]
             print(f"| {k} | {a * 1000:.1f} ms | {b * 1000:.1f} ms | {b / a:.2f}x |")
         print(f"load average {os.getloadavg()}")
     finally:
-        inst.dispose()
-        if args.keep:
-            print(f"kept {url}")
-        else:
-            drop_db(name)
+        for inst in instances.values():
+            inst.dispose()
+        for n, name in dbs.items():
+            if args.keep:
+                print(f"kept {name}")
+            else:
+                drop_db(name)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
