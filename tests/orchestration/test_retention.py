@@ -117,13 +117,14 @@ def test_retention_is_off_unless_retention_days_is_set(tmp_path, monkeypatch):
 
 
 @pytest.mark.dagster
-def test_retention_purges_the_old_ticks_of_the_locations_sensors(dagster_env):
+def test_retention_purges_the_old_ticks_of_the_locations_sensors(dagster_env, monkeypatch):
     """On the real instance (daemon running): the trigger sensor's ticks older than the cutoff go."""
     from test_dagster_instance import wait_for
 
     from orchestration.retention import purge
     d = dagster_env["dagster"]
     wait_for(lambda: len(d.sensor_ticks("drain_copy_trigger")) >= 2, 120, "ticks of drain_copy_trigger")
+    monkeypatch.setenv("DAGSTER_PG_URL", dagster_env["env"]["DAGSTER_PG_URL"])
     inst = dg.DagsterInstance.from_config(dagster_env["env"]["DAGSTER_HOME"])
     try:
         cut = time.time()
