@@ -5,9 +5,10 @@ chain: one run per batch, no wait for a sensor tick), (b) record a drain as a ba
 page lists and cancels, (c) read a sensor's stored on/off state, (d) walk a cron string backwards,
 (e) report a Celery worker's health or read an executor's retry mode. What increments needs for
 these is below and nowhere else: tests/orchestration/test_dagster_internals.py checks that no other
-module imports `dagster._*`, that every name below resolves on the installed Dagster, and that a
-Dagster outside SUPPORTED is refused at code location load (`check_deployment`), naming the
-version and what to do.
+module imports `dagster._*`, that every name below resolves on the installed Dagster
+(missing_internals: resolving them imports Dagster's storage modules, ~1 s, so the code location
+does not do it at load), and that a Dagster outside SUPPORTED is refused at code location load
+(`check_deployment`), naming the version and what to do.
 
 Contract of the run helpers: a run is created from a job definition of the running code location
 (or the running run's own snapshots) with its code origin, so the run queue daemon can launch it;
@@ -92,8 +93,10 @@ def missing_internals() -> list[str]:
     return missing
 
 
-def version_problem() -> str | None:
-    """Why the installed Dagster is not supported (None: it is)."""
+def version_problem(check_names: bool = True) -> str | None:
+    """Why the installed Dagster is not supported (None: it is). check_names=False: the release
+    line only (what the code location checks at load: resolving every name imports Dagster's
+    storage modules, ~1 s; the test resolves them)."""
     import dagster
     v = dagster_version()[:2]
     lo, hi = SUPPORTED
@@ -101,7 +104,7 @@ def version_problem() -> str | None:
         return (f"dagster {dagster.__version__} is installed; increments' orchestration supports dagster "
                 f">={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]} (orchestration/dagster_internals.py uses its private "
                 f"modules). Install dagster {lo[0]}.{lo[1]}.x (pyproject.toml pins it)")
-    missing = missing_internals()
+    missing = missing_internals() if check_names else []
     if missing:
         return (f"dagster {dagster.__version__} lacks what increments' orchestration uses: {', '.join(missing)}; "
                 "install the version pyproject.toml pins")
@@ -130,12 +133,23 @@ def coordinator_problem(home: str | None = None) -> str | None:
     if not isinstance(rc, dict) or not rc.get("class"):
         return None
     module, cls = rc.get("module") or "dagster._core.run_coordinator", rc["class"]
-    try:
+    if cls == "QueuedRunCoordinator" and module.startswith("dagster."):
+        return None
+    if cls in LAUNCH_AT_ONCE and module.startswith("dagster."):
+        return _refusal(path, module, cls)
+    try:                                         # another class: is it a QueuedRunCoordinator?
         klass = getattr(importlib.import_module(module), cls)
     except Exception as e:  # noqa: BLE001 - the instance itself will fail to load; say why here too
         return f"{path}: run_coordinator {module}.{cls} does not import ({type(e).__name__}: {e})"
     if isinstance(klass, type) and issubclass(klass, get("QueuedRunCoordinator")):
         return None
+    return _refusal(path, module, cls)
+
+
+LAUNCH_AT_ONCE = ("DefaultRunCoordinator", "SyncInMemoryRunCoordinator")
+
+
+def _refusal(path: str, module: str, cls: str) -> str:
     return (f"{path} sets run_coordinator {module}.{cls}, which launches each run at once: increments needs "
             "Dagster's run queue (QueuedRunCoordinator, Dagster's default) so that one run per query is in "
             "flight (concurrency.runs.tag_concurrency_limits on increments/query) and an AvailableNow drain can "
@@ -146,7 +160,7 @@ def coordinator_problem(home: str | None = None) -> str | None:
 def check_deployment() -> None:
     """At code location load: refuse an unsupported Dagster or a run coordinator that cannot
     serialize a query's runs, with the reason (UnsupportedDagster)."""
-    problem = version_problem() or coordinator_problem()
+    problem = version_problem(check_names=False) or coordinator_problem()
     if problem:
         raise UnsupportedDagster(problem)
 
