@@ -111,6 +111,26 @@ def phases(instance, run_id: str) -> tuple[dict[str, float], dict[str, int]]:
     return out, kinds
 
 
+def op_seconds(instance, run_id: str) -> dict[str, float]:
+    """Each op's STEP_START -> STEP_SUCCESS (or failure) in seconds, by op name (the step key's last part)."""
+    starts, out = {}, {}
+    for e in instance.all_logs(run_id):
+        if not e.step_key or not e.dagster_event:
+            continue
+        kind = e.dagster_event.event_type_value
+        name = e.step_key.split(".")[-1]
+        if kind == "STEP_START":
+            starts[name] = e.timestamp
+        elif kind in ("STEP_SUCCESS", "STEP_FAILURE") and name in starts:
+            out[name] = e.timestamp - starts[name]
+    return out
+
+
+def print_op_seconds(label: str, per_run: list[dict[str, float]]) -> None:
+    names = [n for n in ("plan", "read", "process", "write", "commit") if any(n in r for r in per_run)]
+    print(f"   {label}: " + ", ".join(f"{n} {_med([r[n] for r in per_run if n in r]):.2f} s" for n in names))
+
+
 def event_write_cost(instance, n: int = 40) -> float:
     """Seconds per event written to this instance's event log (an engine event on a scratch run)."""
     import dagster as dg
@@ -218,6 +238,8 @@ def main() -> int:
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in RUN_KINDS}
     split: dict[str, list] = {k: [] for k in RUN_KINDS}
     lost: list[str] = []
+    batch_ids: list[str] = []
+    drain_ops: list[dict[str, float]] = []
     os.environ.update(env)
     import dagster as dg
     instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
@@ -234,11 +256,16 @@ def main() -> int:
                     raise RuntimeError(f"run {r['runId']} {r['status']} {r['tags']}: "
                                        + " | ".join(str(x.message)[:300] for x in instance.all_logs(r["runId"])[-6:]))
                 if i:
+                    if kind == "batch":
+                        batch_ids.append(r["runId"])
                     times[kind].append((r["endTime"] - r["creationTime"], r["endTime"] - r["startTime"]))
                     split[kind].append(phases(instance, r["runId"]))
         per_event = event_write_cost(instance)
         report(imports, times, split, lost, per_event)
+        batch_ops = [op_seconds(instance, r) for r in batch_ids]
+        print_op_seconds("the batch runs' ops (medians)", batch_ops)
         drain_runs, backfill = drain(d, root, args.drain_files)
+        drain_ops = [op_seconds(instance, r["runId"]) for r in drain_runs]
     finally:
         stop_mode()
         d.stop()
@@ -260,6 +287,7 @@ def main() -> int:
           f"{cadence:.2f} s per batch; its runs: median start -> end {own:.2f} s")
     print(f"   cadence / drain runs' own start -> end {cadence / own:.2f} (goal <= 1.2); between two runs (end -> "
           f"next start) {gap:.2f} s; Dagster's floor for it, an empty run's creation -> RUN_START: {floor:.2f} s")
+    print_op_seconds("the drain runs' ops (medians)", drain_ops)
     return 0
 
 

@@ -5,7 +5,8 @@ asset check executions (one per check), the drains' backfills and the trigger se
 in Dagster's storage until deleted. With `retention_days=N` (build_definitions(...,
 retention_days=N), a module's RETENTION_DAYS, or $INCREMENTS_RETENTION_DAYS) the schedule
 `increments_retention_schedule` runs daily and deletes, for the code location's queries:
-    runs that ended more than N days ago (tag increments/query), with their events
+    runs that ended more than N days ago (tag increments/query: batch, drain and migrate runs;
+    increments/maintenance: compaction runs), with their events
     (instance.delete_run) and their asset check executions (which delete_run leaves behind),
     except each query's newest committed batch run (its sink keeps a latest materialization);
     the drains' backfill records that ended more than N days ago;
@@ -45,6 +46,7 @@ def purge(instance: Any, queries: list[str], instigators: set[str], days: float,
           log: Any = None) -> dict[str, int]:
     """Delete what is older than `days` (module doc); counts of what was deleted."""
     from . import dagster_internals as di
+    from .maintenance import MAINTENANCE_TAG
     from .ops import OUTCOME_TAG, QUERY_TAG
     cutoff = (now_s if now_s is not None else time.time()) - days * 86400.0
     before = _dt(cutoff)
@@ -52,10 +54,11 @@ def purge(instance: Any, queries: list[str], instigators: set[str], days: float,
     for q in queries:
         newest = instance.get_run_records(dg.RunsFilter(tags={QUERY_TAG: q, OUTCOME_TAG: "committed"}), limit=1)
         keep = {r.dagster_run.run_id for r in newest}
-        out_q = _delete_runs(instance, dg.RunsFilter(tags={QUERY_TAG: q}, statuses=FINISHED, updated_before=before),
-                             keep)
-        for k, v in out_q.items():
-            out[k] += v
+        for tag in (QUERY_TAG, MAINTENANCE_TAG):     # batch, drain and migrate runs; compaction runs
+            out_q = _delete_runs(instance, dg.RunsFilter(tags={tag: q}, statuses=FINISHED, updated_before=before),
+                                 keep)
+            for k, v in out_q.items():
+                out[k] += v
         while True:
             ids = di.ended_backfills_before(instance, {QUERY_TAG: q}, cutoff, PAGE)
             if not ids:

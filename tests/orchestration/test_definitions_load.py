@@ -30,8 +30,10 @@ def test_example_definitions_load(tmp_path, monkeypatch):
     queries = ("clicks_bronze", "clicks_silver", "hourly_clicks", "customers_bronze", "customers_silver",
                "customers_gold")                                   # the medallion pipeline too (issue 30.4)
     assert {s.name for s in defs.sensors} == {f"{q}_{k}" for q in queries for k in ("trigger", "freshness")}
-    assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule"} | {
+    assert {s.name for s in defs.schedules} == {"hourly_clicks_available_now_schedule",
+                                                "increments_retention_schedule"} | {
         f"{q}_compact_schedule" for q in queries}
+    assert {f"{q}_drain" for q in queries} | {"increments_retention"} <= jobs   # drains' backfills; retention
     assert {"clicks_bronze_compact", "clicks_silver_compact", "hourly_clicks_compact"} <= jobs   # Delta sinks
     assert {"clicks_bronze_migrate", "clicks_silver_migrate", "hourly_clicks_migrate"} <= jobs   # increments migrate
     graph = defs.resolve_asset_graph()
