@@ -154,10 +154,11 @@ def after_commit(context: Any, spec: Any, batch_id: int, nxt: tuple[int, str] | 
         return submit_next_batch(context, spec, *nxt) if nxt is not None else None
     inst = context.instance
     inst.add_run_tags(context.run_id, {BACKFILL_TAG: bid})
-    go_on = nxt is not None and di.backfill_state(di.backfill(inst, bid)) == "open" and not paused(context, spec)
+    bf = di.backfill(inst, bid)
+    go_on = nxt is not None and di.backfill_state(bf) == "open" and not paused(context, spec)
     if not go_on:
         _drop_next(inst, bid, batch_id + 1)
-        _trim(inst, bid, batch_id)
+        _trim(inst, bid, batch_id, bf)
         return None
     run = _holder(inst, bid, batch_id + 1)
     if run is None:
@@ -167,7 +168,7 @@ def after_commit(context: Any, spec: Any, batch_id: int, nxt: tuple[int, str] | 
         if run is None:
             return None
     inst.add_run_tags(run.run_id, {**context.job_def.tags, CHAINED_TAG: context.run_id})
-    _extend(inst, bid, batch_id + 1)
+    _extend(inst, bid, batch_id + 1, bf)
     di.submit(inst, run.run_id)
     return run.run_id
 
@@ -192,17 +193,17 @@ def _drop_next(inst: Any, backfill_id: str, batch_id: int) -> None:
         inst.delete_run(run.run_id)
 
 
-def _trim(inst: Any, backfill_id: str, last_batch: int) -> None:
+def _trim(inst: Any, backfill_id: str, last_batch: int, bf: Any = None) -> None:
     """The partition list ends at the drain's last batch."""
-    bf = di.backfill(inst, backfill_id)
+    bf = bf or di.backfill(inst, backfill_id)
     names = [n for n in (bf.partition_names or []) if batch_of(n) <= last_batch] if bf else []
     if names and names != list(bf.partition_names):
         di.set_backfill_partitions(inst, backfill_id, names)
 
 
-def _extend(inst: Any, backfill_id: str, batch_id: int) -> None:
+def _extend(inst: Any, backfill_id: str, batch_id: int, bf: Any = None) -> None:
     """The partition list reaches at least batch `batch_id` (the estimate was short)."""
-    bf = di.backfill(inst, backfill_id)
+    bf = bf or di.backfill(inst, backfill_id)
     names = list(bf.partition_names or []) if bf else []
     if names and batch_of(names[-1]) < batch_id:
         di.set_backfill_partitions(inst, backfill_id, names + [partition_name(b) for b in

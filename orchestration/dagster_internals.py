@@ -182,7 +182,8 @@ def run_of_same_job(context: Any, tags: dict[str, str], status: Any) -> Any:
         execution_plan_snapshot=inst.get_execution_plan_snapshot(run.execution_plan_snapshot_id),
         job_snapshot=inst.get_job_snapshot(run.job_snapshot_id), parent_job_snapshot=None, asset_selection=None,
         asset_check_selection=None, resolved_op_selection=None, op_selection=None,
-        remote_job_origin=run.remote_job_origin, job_code_origin=run.job_code_origin, asset_graph=None)
+        remote_job_origin=run.remote_job_origin, job_code_origin=run.job_code_origin,
+        asset_graph=context.repository_def.asset_graph)   # for the run's planned materialization events
 
 
 def run_of_job(context: Any, job_name: str, tags: dict[str, str], status: Any) -> Any:

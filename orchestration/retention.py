@@ -14,7 +14,7 @@ retention_days=N), a module's RETENTION_DAYS, or $INCREMENTS_RETENTION_DAYS) the
     the retention job's own runs older than N days.
 It never touches the SQL batch log (offsets, commits, drains): `increments history` reads that.
 Its first run also adds an index Dagster's schema lacks (dagster_internals.CHECK_INDEX): the asset
-page's latest status of a check otherwise scans every execution of that check (2.3 s at 200k
+page's latest status of a check otherwise scans every execution of that check (2.6 s at 200k
 batches, bench/dagster_history_scale.py).
 Without retention_days the schedule is stopped; launching the job asks for retention_days.
 The shipped dagster.yaml also sets Dagster's own tick retention (`retention:`).
