@@ -71,7 +71,11 @@ def _celery_app(broker: str | None = None, backend: str | None = None) -> Any:
     from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
     app = make_app({"broker": broker or broker_url(), "backend": backend or backend_url(), "include": [],
                     "config_source": {"worker_prefetch_multiplier": 1, "task_default_queue": STEP_QUEUE,
-                                      "result_expires": 3600},
+                                      "result_expires": 3600,
+                                      # a worker busy with a run reserves no other run (Celery
+                                      # acks a task before running it, then prefetches the next
+                                      # one: another query's run would wait for this batch)
+                                      "task_annotations": {"execute_job": {"acks_late": True}}},
                     "task_default_queue": STEP_QUEUE})
     create_task(app)
     create_execute_job_task(app)
