@@ -68,7 +68,9 @@ def partition_queue(step_key: str, groups: int) -> str | None:
 
 def _celery_app(broker: str | None = None, backend: str | None = None) -> Any:
     from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
+    from dagster_celery.tasks import create_resume_job_task
+
+    from .celery_tasks import create_warm_execute_job_task, create_warm_execute_plan_task
     app = make_app({"broker": broker or broker_url(), "backend": backend or backend_url(), "include": [],
                     "config_source": {"worker_prefetch_multiplier": 1, "task_default_queue": STEP_QUEUE,
                                       "result_expires": 3600,
@@ -77,8 +79,8 @@ def _celery_app(broker: str | None = None, backend: str | None = None) -> Any:
                                       # one: another query's run would wait for this batch)
                                       "task_annotations": {"execute_job": {"acks_late": True}}},
                     "task_default_queue": STEP_QUEUE})
-    create_task(app)
-    create_execute_job_task(app)
+    create_warm_execute_plan_task(app)      # dagster-celery's tasks, on one Dagster instance per process
+    create_warm_execute_job_task(app)
     create_resume_job_task(app)
     return app
 
@@ -96,14 +98,23 @@ from dagster_celery.launcher import CeleryRunLauncher as _DagsterCeleryRunLaunch
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG  # noqa: E402
 
 PING_MISSES = 2        # consecutive health checks without an answer from the run's worker: it is gone
+WORKER_TAG = "increments/celery_worker"     # the Celery worker (node name) that started the run
 
 
 class CeleryRunLauncher(_DagsterCeleryRunLauncher):
-    """dagster-celery's CeleryRunLauncher, plus: a run whose task was started by a worker that no
-    longer answers a ping (the whole worker was killed: its task stays STARTED in the backend
-    forever) is reported failed, so run monitoring fails it and run retries redo its batch.
-    Resuming a run on another worker is off (dagster-celery 0.29's resume task takes another
-    argument name than its launcher sends); a crashed run is retried instead."""
+    """dagster-celery's CeleryRunLauncher, plus a health check that asks the run's worker.
+
+    Run monitoring fails a run on any health status but RUNNING or SUCCESS (with resume off), so:
+    task SUCCESS / FAILURE (the pool process died: Celery records it) -> as dagster-celery says;
+    otherwise the worker that started the task (its node name from the task's STARTED state,
+    kept as run tag increments/celery_worker, since the backend's copy of that state expires) is
+    pinged: it answers -> RUNNING; it missed PING_MISSES consecutive checks -> FAILED (the whole
+    worker died: its task would stay STARTED forever), so run retries redo the batch; one miss,
+    a broker that does not answer or a worker not known yet -> RUNNING (a slow worker is not
+    failed for one late answer: the fence would refuse its attempt, but the batch would be redone).
+    Resuming a run on another worker is off: dagster-celery 0.29.27's launcher sends the resume
+    task `execute_job_args_packed` where its task takes `resume_job_args_packed` (every resume
+    would fail with a TypeError in the worker); a crashed run is retried instead."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,29 +124,36 @@ class CeleryRunLauncher(_DagsterCeleryRunLauncher):
     def supports_resume_run(self) -> bool:
         return False
 
-    def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:
-        res = super().check_run_worker_health(run)
-        if res.status != WorkerStatus.RUNNING:
-            self._misses.pop(run.run_id, None)
-            return res
+    def _worker_of(self, run: Any) -> tuple[str | None, Any]:
+        """(node name, pid) of the worker that started the run's task, remembered as a run tag."""
         info = self.celery.AsyncResult(run.tags[DAGSTER_CELERY_TASK_ID_TAG]).info
         host = info.get("hostname") if isinstance(info, dict) else None
-        if not host:
+        if host and run.tags.get(WORKER_TAG) != host:
+            self._instance.add_run_tags(run.run_id, {WORKER_TAG: host})
+        return host or run.tags.get(WORKER_TAG), info.get("pid") if isinstance(info, dict) else None
+
+    def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:
+        res = super().check_run_worker_health(run)
+        if res.status in (WorkerStatus.SUCCESS, WorkerStatus.FAILED):
+            self._misses.pop(run.run_id, None)
             return res
+        host, pid = self._worker_of(run)
+        if not host:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"{res.msg or 'task started'}; its worker is not known yet")
         try:
             alive = bool(self.celery.control.ping(destination=[host], timeout=1.0))
         except Exception:  # noqa: BLE001 - the broker is down: nothing known about the worker
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the Celery broker did not answer")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "the Celery broker did not answer a ping")
         if alive:
             self._misses.pop(run.run_id, None)
-            return res
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
         self._misses[run.run_id] = n = self._misses.get(run.run_id, 0) + 1
         if n < PING_MISSES:
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"Celery worker {host} did not answer a ping")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"Celery worker {host} missed a ping")
         self._misses.pop(run.run_id, None)
         return CheckRunHealthResult(WorkerStatus.FAILED,
-                                    f"Celery worker {host} (pid {info.get('pid')}) that started run {run.run_id} "
-                                    f"does not answer: it died mid-run; the run is failed and retried")
+                                    f"Celery worker {host}{f' (pid {pid})' if pid else ''} that started run "
+                                    f"{run.run_id} does not answer: it died mid-run; the run is failed and retried")
 
 
 # -- the executor -------------------------------------------------------------------------------
