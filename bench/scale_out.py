@@ -201,7 +201,7 @@ def purge_queues() -> None:
 
 def report_batch(b: int, mode: str, wall: float, r: dict) -> None:
     st = r["steps"]
-    order = ["plan", "read_split"] + sorted(k for k in st if k.startswith("partition[")) + ["join", "write", "commit"]
+    order = ["plan", "read"] + sorted(k for k in st if k.startswith("partition[")) + ["join", "write", "commit"]
     print(f"  batch {b} {mode:12s} wall {wall:7.2f} s | " + " ".join(f"{k.replace('partition', 'p')} {st[k]:.2f}"
                                                              for k in order if k in st)
           + f" | partitions span {r['span_s']:.2f} s")
