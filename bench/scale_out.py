@@ -14,6 +14,8 @@ instance, rounds alternating the modes' order:
                 orchestration.celery worker`, queues increments-p0 / increments-p1 + dagster):
                 partition p always on the worker of queue increments-p<p mod 2>.
 Batch 0 is cold for every mode (the state is built); the later batches are the steady state.
+After each round the machine's parallel capacity is probed (parallel_capacity: what a second
+process gains right now), the bound on what 2 workers can gain over one process.
 Printed per batch and mode: run wall time, each step's duration (STEP_START -> STEP_SUCCESS), and
 per partition op its worker, state_open (warm: the working copy as it was; cold: loaded from the
 checkpoint), modules imported inside the op and its engine time; then the steady-state ratios
@@ -199,6 +201,21 @@ def purge_queues() -> None:
                 pass
 
 
+def parallel_capacity(n: int = 3_000_000) -> float:
+    """What two processes get from this machine right now: the same pure-Python loop alone, then in
+    two processes at once; 2 x alone / together (2.0: two free cores, 1.0: no gain from a second
+    process). The Celery mode's partition ops can gain at most this over one process."""
+    cmd = [sys.executable, "-c", f"s = 0\nfor i in range({n}): s += i * i"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    alone = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pair = [subprocess.Popen(cmd) for _ in range(2)]
+    for p in pair:
+        p.wait()
+    return 2 * alone / (time.perf_counter() - t0)
+
+
 def report_batch(b: int, mode: str, wall: float, r: dict) -> None:
     st = r["steps"]
     order = ["plan", "read"] + sorted(k for k in st if k.startswith("partition[")) + ["join", "write", "commit"]
@@ -248,7 +265,8 @@ def main() -> None:
     workers: list[subprocess.Popen] = []
     walls = {m: [] for m in modes}
     results = {m: [] for m in modes}
-    loads = []
+    loads: list[float] = []
+    capacity: list[float] = []
     try:
         if "celery" in modes:
             purge_queues()
@@ -277,13 +295,15 @@ def main() -> None:
                     results[mode].append(r)
                     report_batch(b, mode, wall, r)
                 loads.append(os.getloadavg()[0])
+                capacity.append(parallel_capacity())
                 same = {(r[b]["rows_in"], r[b]["state_rows"], r[b]["output_rows"]) for r in results.values()}
                 assert len(same) == 1, {m: results[m][b] for m in modes}
     finally:
         stop(workers)
         with admin.connect() as c:
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-    print(f"load average per round: {[round(x, 1) for x in loads]}")
+    print(f"load average per round: {[round(x, 1) for x in loads]}; parallel capacity per round (2.0: two free "
+          f"cores, 1.0: a second process gains nothing): {[round(x, 2) for x in capacity]}")
     steady = {m: walls[m][1:] or walls[m] for m in modes}
     for m in modes:
         print(f"{m:12s} batch 0 (cold) {walls[m][0]:7.2f} s; later batches {[round(x, 2) for x in walls[m][1:]]} "

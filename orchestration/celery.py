@@ -38,7 +38,7 @@ DEFAULT_BACKEND = "redis://127.0.0.1:6379/0"
 RUN_QUEUE = "increments-runs"
 STEP_QUEUE = "dagster"
 PARTITION_QUEUE_PREFIX = "increments-p"
-from .celery_warm import WARM_ENV  # noqa: E402
+from .celery_warm import WARM_ENV, WORKER_TAG  # noqa: E402
 TICK_S = 0.05          # the executor's poll of its step tasks (dagster-celery's default: 1 s per tick)
 
 
@@ -98,7 +98,6 @@ from dagster_celery.launcher import CeleryRunLauncher as _DagsterCeleryRunLaunch
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG  # noqa: E402
 
 PING_MISSES = 2        # consecutive health checks without an answer from the run's worker: it is gone
-WORKER_TAG = "increments/celery_worker"     # the Celery worker (node name) that started the run
 
 
 class CeleryRunLauncher(_DagsterCeleryRunLauncher):
@@ -106,9 +105,9 @@ class CeleryRunLauncher(_DagsterCeleryRunLauncher):
 
     Run monitoring fails a run on any health status but RUNNING or SUCCESS (with resume off), so:
     task SUCCESS / FAILURE (the pool process died: Celery records it) -> as dagster-celery says;
-    otherwise the worker that started the task (its node name from the task's STARTED state,
-    kept as run tag increments/celery_worker, since the backend's copy of that state expires) is
-    pinged: it answers -> RUNNING; it missed PING_MISSES consecutive checks -> FAILED (the whole
+    otherwise the worker that started the task (run tag increments/celery_worker, which the worker
+    sets when it starts the run; else the node name in the task's STARTED state, which the backend
+    expires) is pinged: it answers -> RUNNING; it missed PING_MISSES consecutive checks -> FAILED (the whole
     worker died: its task would stay STARTED forever), so run retries redo the batch; one miss,
     a broker that does not answer or a worker not known yet -> RUNNING (a slow worker is not
     failed for one late answer: the fence would refuse its attempt, but the batch would be redone).
@@ -167,13 +166,20 @@ def _executor_def() -> Any:
             self.groups = groups
 
         def execute(self, plan_context: Any, execution_plan: Any) -> Any:
+            """dagster-celery's loop; inside a run that is itself a Celery task (the run launched by
+            CeleryRunLauncher on a warm worker) its result.get() of finished step tasks is allowed
+            (Celery refuses it in a task by default: "Never call result.get() within a task",
+            dagster-io/dagster#32915). Such a run holds its worker's pool process while its steps run:
+            they need other workers (the partition groups' queues and `dagster`)."""
             import dagster_celery.core_execution_loop as loop
+            from celery.result import allow_join_result
             loop.TICK_SECONDS = TICK_S
             groups = self.groups
 
             def submit(app, ctx, step, queue, priority, known_state):
                 return _submit_task(app, ctx, step, partition_queue(step.key, groups) or queue, priority, known_state)
-            return loop.core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
+            with allow_join_result():
+                yield from loop.core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
 
     @dg.executor(name="increments_celery",
                  config_schema={**CELERY_CONFIG,

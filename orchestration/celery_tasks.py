@@ -10,8 +10,8 @@ to PostgreSQL (~55 event writes per run, one connection each) and 12% reflecting
 columns for the new instance. Here each pool process keeps one instance per instance ref, its
 storages on one pooled connection each (DagsterInstance.optimize_for_webserver, what the
 webserver does). A pooled connection that died with a database restart between runs fails its
-first statement once (SQLAlchemy then drops that pool's connections): every task first reads its
-run and its events, once more after such a failure, so the run itself starts on live connections.
+first statement once (SQLAlchemy then drops that pool's connections): every task first reads
+through each storage, once more after such a failure, so the run itself starts on live connections.
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from dagster._serdes import serialize_value, unpack_value
 from dagster_celery.config import TASK_EXECUTE_JOB_NAME, TASK_EXECUTE_PLAN_NAME
 from dagster_celery.core_execution_loop import DELEGATE_MARKER
 from dagster_celery.executor import CeleryExecutor
+
+from .celery_warm import WORKER_TAG
 
 _INSTANCES: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -48,16 +50,19 @@ def warm_instance(ref: Any = None) -> Any:
 
 
 def _run_on_live_connections(instance: Any, run_id: str) -> Any:
-    """The run, read through the run storage and the event log's pools, retried once (see the module doc)."""
-    for attempt in (1, 2):
+    """The run, after one read through each storage's pool (runs, events, schedules), each retried
+    once: a pooled connection that died (a database restart, a server-side timeout) fails its
+    first statement and SQLAlchemy drops that pool's connections; the retry reconnects."""
+    reads = [lambda: instance.get_run_by_id(run_id), lambda: instance.get_records_for_run(run_id, limit=1)]
+    if instance.schedule_storage is not None:
+        reads.append(lambda: instance.schedule_storage.get_instigator_state("increments-probe", "increments-probe"))
+    out = []
+    for read in reads:
         try:
-            run = instance.get_run_by_id(run_id)
-            instance.get_records_for_run(run_id, limit=1)
-            return run
+            out.append(read())
         except Exception:  # noqa: BLE001 - a dead pooled connection: the pool reconnects on the retry
-            if attempt == 2:
-                raise
-    return None
+            out.append(read())
+    return out[0]
 
 
 def create_warm_execute_job_task(app: Any) -> Any:
@@ -66,6 +71,7 @@ def create_warm_execute_job_task(app: Any) -> Any:
         args = unpack_value(execute_job_args_packed, as_type=ExecuteRunArgs)
         instance = warm_instance(args.instance_ref)
         _run_on_live_connections(instance, args.run_id)
+        instance.add_run_tags(args.run_id, {WORKER_TAG: _self.request.hostname})   # where this batch ran
         return _execute_run_command_body(
             instance=instance, run_id=args.run_id, write_stream_fn=lambda _event: None,
             set_exit_code_on_failure=args.set_exit_code_on_failure if args.set_exit_code_on_failure is not None else True)

@@ -13,6 +13,7 @@ import sys
 from typing import Any, Iterator
 
 WARM_ENV = "INCREMENTS_WARM_STATE"
+WORKER_TAG = "increments/celery_worker"     # run tag: the Celery worker (node name) that executes the run
 
 
 _WARM: dict[str, tuple[tuple, Any]] = {}

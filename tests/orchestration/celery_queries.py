@@ -46,10 +46,6 @@ def other_copy(bucket: str = BUCKET):
             .query_name("other_copy").trigger(processing_time="1 minute"))
 
 
-defs = build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"}),
-                          (other_copy, {"path": f"{BUCKET}/out_other", "sensor_status": "stopped"})])
-
-
 def warm_counts(bucket: str = BUCKET, out: str = "counts", chk: str = "counts_chk", trigger=None):
     """A windowed count per campaign over 2 state partitions (RocksDB), fanned out on the Celery executor."""
     from increments import functions as F
@@ -67,3 +63,8 @@ def warm_counts(bucket: str = BUCKET, out: str = "counts", chk: str = "counts_ch
 def counts_job():
     return build_definitions([(warm_counts, {"executor": "celery", "sensor_status": "stopped", "max_retries": 1,
                                              "retry_delay_s": 0.5})]).get_job_def("warm_counts_batch")
+
+
+defs = build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"}),
+                          (other_copy, {"path": f"{BUCKET}/out_other", "sensor_status": "stopped"}),
+                          (warm_counts, {"executor": "celery", "sensor_status": "stopped"})])

@@ -103,7 +103,8 @@ def warm(tmp_path, s3_bucket, monkeypatch):
     workers = [_start_worker(env, root, "w1")]
     try:
         inst.start(timeout=180)
-        yield {"inst": inst, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket}
+        yield {"inst": inst, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket,
+               "dagster_db": dag_db}
     finally:
         for w in workers:
             _stop(w)
@@ -224,4 +225,53 @@ def test_one_run_per_query_in_flight_on_celery_workers(warm):
     a, b = inst.wait_run(first, 180), inst.wait_run(second, 180)
     assert [(r["status"], r["tags"]["increments/batch_id"]) for r in (a, b)] == [("SUCCESS", "0"), ("SUCCESS", "1")]
     assert b["startTime"] >= a["endTime"]
+    assert _ids(f"{warm['bucket']}/out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
+
+
+def _pg_client_ports(pid: int) -> set[int]:
+    """Local TCP ports of process `pid`'s connections to PostgreSQL (port 5432), from /proc."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[9] in inodes and int(cols[2].rsplit(":", 1)[1], 16) == 5432:
+                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_warm_worker_replaces_dropped_database_connections(warm):
+    """The warm worker keeps its Dagster instance and pooled storage connections between runs
+    (orchestration/celery_tasks.py). Those connections are terminated by the server between two
+    batches (as after a database restart): the next run on the same worker process still runs
+    and commits its batch (the task's first read fails once, the pool reconnects)."""
+    import sqlalchemy as sa
+    from orch_testutil import PG_ADMIN_URL
+    inst = warm["inst"]
+    first = inst.wait_run(inst.launch("warm_copy_batch"), 180)
+    assert (first["status"], first["tags"]["increments/batch_id"]) == ("SUCCESS", "0")
+    w1 = warm["workers"][0].pid
+    with open(f"/proc/{w1}/task/{w1}/children") as f:
+        (pool,) = [int(c) for c in f.read().split()]          # -c 1: one pool process, the runs' process
+    ports = _pg_client_ports(pool)
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as c:
+        killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                   "WHERE datname = :db AND client_port = ANY(:ports)"),
+                           {"db": warm["dagster_db"], "ports": sorted(ports)}).scalar()
+    admin.dispose()
+    assert killed >= 1                                   # the worker held pooled connections to Dagster's storage
+    second = inst.wait_run(inst.launch("warm_copy_batch"), 180)
+    assert (second["status"], second["tags"]["increments/batch_id"]) == ("SUCCESS", "1")
+    assert second["tags"]["increments/celery_worker"] == first["tags"]["increments/celery_worker"]
+    with open(f"/proc/{w1}/task/{w1}/children") as f:
+        assert [int(c) for c in f.read().split()] == [pool]      # the same warm process ran it
     assert _ids(f"{warm['bucket']}/out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
