@@ -18,7 +18,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-# dagster internals, as dagster-celery 0.29.27's own tasks use them (pinned family: 1.13.27)
+import dagster_celery
+
+# dagster internals, as dagster-celery 0.29's own tasks use them (pinned family: dagster 1.13.27)
+if not dagster_celery.__version__.startswith("0.29."):
+    raise ImportError(f"orchestration/celery_tasks.py mirrors dagster-celery 0.29's execute_job and execute_plan tasks "
+                      f"(names, arguments, the dagster internals they call); dagster-celery "
+                      f"{dagster_celery.__version__} is installed: compare with its dagster_celery/tasks.py, then "
+                      f"update the check")
 from dagster._cli.api import _execute_run_command_body
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.events import EngineEventData
