@@ -220,12 +220,14 @@ def worker_command(queues: list[str], name: str, concurrency: int = 1, loglevel:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m orchestration.celery worker [-Q q1,q2] [-n name@%h] [-c N]: a warm worker
-    (INCREMENTS_WARM_STATE=1; needs DAGSTER_HOME, the instance the runs belong to)."""
+    (INCREMENTS_WARM_STATE=1; needs DAGSTER_HOME, the instance the runs belong to). Default queue:
+    increments-runs. Steps of executor="celery" queries need workers of their own (queues
+    increments-p<g>,dagster): a run waiting for its steps holds its worker's pool process."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "worker":
         print(main.__doc__, file=sys.stderr)
         return 2
-    opts = {"-Q": f"{RUN_QUEUE},{STEP_QUEUE}", "-n": "increments@%h", "-c": "1"}
+    opts = {"-Q": RUN_QUEUE, "-n": "increments@%h", "-c": "1"}    # runs only: a run waits on its steps' workers
     rest = args[1:]
     for i in range(0, len(rest) - 1, 2):
         opts[rest[i]] = rest[i + 1]
