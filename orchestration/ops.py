@@ -43,6 +43,17 @@ CHAINED_TAG = "increments/after_run"
 ERRORS_CHECK = "batch_errors"
 
 
+def query_pool(spec: Any) -> str:
+    """The query's concurrency pool, on its plan and commit ops. With the shipped dagster.yaml
+    (`concurrency.pools: granularity: run, default_limit: 1`) the run queue holds a run while
+    another run needing the same pool is in flight: one run per query, also for a Materialize
+    from the asset graph (Dagster's asset job carries no job tags, so the tag limit on
+    increments/query cannot see it when it is queued). Only plan and commit carry it: under op
+    granularity (another instance's settings) the partition ops of a fanned-out batch still run
+    side by side."""
+    return f"increments/{spec.name}"
+
+
 def _rt(spec: Any, context: Any) -> Any:
     from . import runner
     return runner.runtime_for_run(spec.key, spec.writer_factory, spec.path, context.run_id)
@@ -173,7 +184,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
     policy = retry_policy(spec)
     job = f"{k}_batch"
 
-    @dg.op(name=f"{k}__plan", retry_policy=policy,
+    @dg.op(name=f"{k}__plan", retry_policy=policy, pool=query_pool(spec),
            out={"batch": dg.Out(dict, is_required=False,
                                 description="The planned batch (absent when there is nothing to do or the run is refused)"),
                 "refused": dg.Out(str, is_required=False,
@@ -234,7 +245,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             return dg.Output(batch, metadata=_step_metadata(info))
         return step_op
 
-    @dg.op(name=f"{k}__commit", retry_policy=policy,
+    @dg.op(name=f"{k}__commit", retry_policy=policy, pool=query_pool(spec),
            ins={"batch": dg.In(dg.List[dg.Any], description="[the written batch] or [plan's refusal]: one of "
                                                               "them (a fan-in, so a refusal skips no step twice)")},
            out={"result": dg.Out(dg.Nothing, is_required=False,
@@ -276,7 +287,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                 asset_key=spec.sink_key, description=f"batch {batch['batch_id']} of query {spec.name}", metadata=md))
         else:                    # this job materializes the sink asset: the output is the materialization
             yield dg.Output(None, "result", metadata=md)
-        for ev in events:        # after the materialization, so the checks evaluate this batch's
+        for ev in own_evaluations(context, events):   # after the materialization: they evaluate this batch
             context.log_event(ev)
         if nxt is not None:
             from .chain import submit_next_batch
@@ -299,6 +310,15 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         from .fanout import make_fanout_ops
         ops.update(make_fanout_ops(spec, policy))
     return ops
+
+
+def own_evaluations(context: Any, events: list[Any]) -> list[Any]:
+    """The events the commit op logs itself: all of them, less the evaluations of checks this run
+    executes as their own steps (a Materialize from the UI selects the sink's checks; they run
+    right after commit, on this batch), so each check is evaluated once per batch."""
+    selected = set(getattr(context.dagster_run, "asset_check_selection", None) or ())
+    return [e for e in events if not (isinstance(e, dg.AssetCheckEvaluation) and
+                                      dg.AssetCheckKey(e.asset_key, e.check_name) in selected)]
 
 
 def _plan(spec: Any, context: Any, wanted: int | None, drain_id: str | None) -> tuple[Any, Any, Any]:
@@ -343,7 +363,7 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",
-        metadata={"batch_id": plan.batch_id, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
+        metadata={"batch_id": str(plan.batch_id), "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
     drain_id = batch.get("drain_id")
     if not drain_id:
         return md, events, None

@@ -173,6 +173,47 @@ def test_materializing_the_sink_asset_runs_the_next_batch(dagster_env):
     assert d.materializations(key)[0]["runId"] == run["runId"]          # nothing materialized
 
 
+def ui_materialize(d, key: list[str]) -> str:
+    """Materialize as the asset page's button does: Dagster's asset job with the asset and all
+    its checks selected (the checks then run as steps after commit); the run id."""
+    checks = d.gql("""query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
+                      assetChecksOrError { ... on AssetChecks { checks { name } } } } } }""",
+                   {"k": {"path": key}})["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    q = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+             ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+    p = {"selector": {"repositoryLocationName": d.location, "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
+                      "assetSelection": [{"path": key}],
+                      "assetCheckSelection": [{"assetKey": {"path": key}, "name": c["name"]} for c in checks]},
+         "runConfigData": {}, "executionMetadata": {"tags": [{"key": "dagster/from_ui", "value": "true"}]}}
+    res = d.gql(q, {"p": p})["launchRun"]
+    assert res["__typename"] == "LaunchRunSuccess", res
+    return res["run"]["runId"]
+
+
+def test_one_run_per_query_in_flight_also_for_materializations(dagster_env):
+    """Two Materializes from the asset page (Dagster's asset job: no job tags) and a launch of the
+    batch job at once: the query's pool (run granularity, one slot) queues them one after the
+    other, so none is refused by the log's fence; each check is evaluated once per batch."""
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    key = ["files", "lake", "manual_copy"]
+    wait_for(lambda: not [r for r in query_runs(d, "manual_copy") if r["status"] not in ("SUCCESS", "FAILURE",
+                                                                                        "CANCELED")], 120, "idle")
+    write_files(root, "manual_copy", 2, start=20)
+    ids = [ui_materialize(d, key), ui_materialize(d, key), d.launch("manual_copy_batch")]
+    runs = sorted((d.wait_run(i, 300) for i in ids), key=lambda r: r["startTime"])
+    assert [r["status"] for r in runs] == ["SUCCESS"] * 3, runs
+    assert sorted(r["tags"]["increments/outcome"] for r in runs) == ["committed", "committed", "idle"]
+    for a, b in zip(runs, runs[1:]):             # the queue started each after the previous one ended
+        assert b["startTime"] >= a["endTime"], (a, b)
+    mats = [r for r in runs if r["tags"]["increments/outcome"] == "committed"]
+    assert int(mats[1]["tags"]["increments/batch_id"]) == int(mats[0]["tags"]["increments/batch_id"]) + 1
+    for r in mats:
+        if r["runId"] in ids[:2]:                # the checks ran as steps: one evaluation each, after commit
+            evals = [e for e in d.run_events(r["runId"]) if e["__typename"] == "AssetCheckEvaluationEvent"]
+            names = [e["message"] for e in evals]
+            assert len(names) == len(set(names)) and any("batch_errors" in n for n in names), names
+
+
 def test_killed_run_is_retried_to_exactly_once(dagster_env):
     d, root = dagster_env["dagster"], dagster_env["root"]
     write_files(root, "kill_copy", 2)
