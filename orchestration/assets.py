@@ -115,9 +115,11 @@ def _kafka(topic: Any, query_key: str) -> tuple[dg.AssetKey, str]:
     return dg.AssetKey(["kafka", _part(str(topic))]), f"Kafka topic {topic}"
 
 
-def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
-    """One AssetSpec per key across all queries: sinks (with deps on their sources) and the sources
-    no query of this location writes. Kinds: orchestration/metadata.py."""
+def build_assets(specs: list[Any]) -> list[Any]:
+    """One definition per key across all queries: sinks (AssetSpecs with deps on their sources;
+    factory.py makes a sink one query writes a graph-backed asset) and the sources no query of this
+    location writes (observable source assets: observations.observable_source). Kinds:
+    orchestration/metadata.py."""
     from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
@@ -141,10 +143,14 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
                                             + (" (Materialize runs the next batch)" if len(ws) == 1 else
                                                " (launch a writer's <query>_batch job to run its next batch)"),
                                 metadata=md))
+    from .observations import observable_source
     for key, names in readers.items():
         if key in writers:
             continue
-        out.append(dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
-                                description=f"{descs[key]}, read by streaming query {', '.join(names)}",
-                                metadata={"read_by": ", ".join(names)}))
+        out.append(observable_source(
+            dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
+                         description=f"{descs[key]}, read by streaming query {', '.join(names)}; observed (backlog, "
+                                     "data version) by the readers' freshness sensors",
+                         metadata={"read_by": ", ".join(names)}),
+            [s for s in specs if key in s.source_keys()]))
     return out

@@ -81,6 +81,7 @@ class QuerySpec:
     fanout_reason: str | None = "not planned"   # None: the process step fans out per state partition
     compact: Any = None                # maintenance.CompactSettings (Delta sinks: <q>_compact job and schedule)
     freshness_grace: str | None = None  # freshness.py: slack of the sink's freshness check (default 5 minutes)
+    written_sources: set = field(default_factory=set)   # source keys another query of the location writes
 
     @property
     def fanout(self) -> bool:
@@ -281,6 +282,7 @@ def build_definitions(queries: list[Any], asset_root: str | None = None) -> dg.D
         writers[sp.sink_key] = writers.get(sp.sink_key, 0) + 1
     for sp in specs:
         sp.shared_sink = writers[sp.sink_key] > 1
+        sp.written_sources = {k for k in sp.source_keys() if k in writers}
     if not specs:
         return dg.Definitions()
     parts = [spec_definitions(sp) for sp in specs]

@@ -275,9 +275,10 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                                 "its lineage was not recorded")
             runner.release_run(k, context.run_id)
             return
-        md, events, nxt = {"batch_id": str(batch["batch_id"])}, [], None
+        md, events, nxt, prov = {"batch_id": str(batch["batch_id"])}, [], None, {}
         try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
             md, events, nxt = after_commit(spec, context, batch, *res)
+            prov = provenance(spec, *res[:3])
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"batch {batch['batch_id']} is committed; recording its lineage failed: {e!r}")
         finally:
@@ -286,7 +287,8 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             context.log_event(dg.AssetMaterialization(
                 asset_key=spec.sink_key, description=f"batch {batch['batch_id']} of query {spec.name}", metadata=md))
         else:                    # this job materializes the sink asset: the output is the materialization
-            yield dg.Output(None, "result", metadata=md)
+            yield dg.Output(None, "result", metadata=md, tags=prov.get("tags") or None,
+                            data_version=dg.DataVersion(prov["version"]) if prov.get("version") else None)
         for ev in own_evaluations(context, events):   # after the materialization: they evaluate this batch
             context.log_event(ev)
         if nxt is not None:
@@ -310,6 +312,13 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         from .fanout import make_fanout_ops
         ops.update(make_fanout_ops(spec, policy))
     return ops
+
+
+def provenance(spec: Any, rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
+    """{'tags': input data versions of what batch N read, 'version': the sink's data version}
+    (observations.py: the sink is "Unsynced" exactly while a source holds unread data)."""
+    from .observations import provenance_tags, sink_data_version
+    return {"tags": provenance_tags(spec, rt, dict(plan.entry.end)), "version": sink_data_version(rt, entry.sink_version)}
 
 
 def own_evaluations(context: Any, events: list[Any]) -> list[Any]:

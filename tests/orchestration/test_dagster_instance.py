@@ -71,6 +71,38 @@ def test_sensor_runs_drain_source_then_stop(dagster_env):
     assert len(delta_ids(os.path.join(root, "lake", "sensor_copy"))) == 4 * ROWS_PER_FILE
 
 
+def stale(d, key: list[str]) -> tuple[str, list[str]]:
+    """The asset graph's sync status of an asset ("FRESH" is in sync, "STALE" is Unsynced) and why."""
+    n = d.gql("""query($k: [AssetKeyInput!]) { assetNodes(assetKeys: $k) { staleStatus staleCauses {
+                 reason key { path } } } }""", {"k": [{"path": key}]})["assetNodes"][0]
+    return n["staleStatus"], ["/".join(c["key"]["path"]) + " " + c["reason"] for c in n["staleCauses"]]
+
+
+def test_sink_is_in_sync_once_it_read_everything(dagster_env):
+    """A source's observation (by the freshness sensor, after the batch) names the newest file, the
+    batch read up to it: the sink is not "Unsynced". Silver, reading bronze's Delta table, is in sync
+    once it read bronze's last version and Unsynced when bronze committed another batch."""
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    bronze, silver = ["delta", "lake", "sensor_copy"], ["files", "lake", "silver_copy"]
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 4, 150, "sensor_copy's batches")
+    write_files(root, "sensor_copy", 1, start=4)
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 5, 90, "batch 4 by the trigger sensor")
+    wait_for(lambda: any(o["metadata"].get("reader") == "sensor_copy" and o["metadata"].get("files_pending") == 0
+                         and float(o["timestamp"]) > committed(d, "sensor_copy")[-1]["endTime"] * 1000
+                         for o in d.materializations(["files", "landing", "sensor_copy"], kind="assetObservations")),
+             150, "the freshness sensor's observation after batch 4")
+    assert stale(d, bronze) == ("FRESH", [])
+    run = d.wait_run(d.launch("silver_copy_batch"), 180)
+    assert run["tags"]["increments/outcome"] == "committed"
+    assert stale(d, silver) == ("FRESH", [])
+    write_files(root, "sensor_copy", 1, start=5)
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 6, 90, "batch 5 by the trigger sensor")
+    status, causes = stale(d, silver)
+    assert status == "STALE" and any(c.startswith("delta/lake/sensor_copy") for c in causes), causes
+    d.wait_run(d.launch("silver_copy_batch"), 180)
+    assert stale(d, silver) == ("FRESH", [])
+
+
 def test_schedule_tick_drains_available_now(dagster_env):
     d, root = dagster_env["dagster"], dagster_env["root"]
     drains = wait_for(lambda: [r for r in query_runs(d, "drain_copy")
