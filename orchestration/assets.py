@@ -30,6 +30,18 @@ from increments.options import writer_options
 from increments.redaction import redact_url
 
 
+def trigger_text(trigger: Any) -> str:
+    """The trigger as the query states it: 'processing_time="10 seconds"', 'available_now', 'once'."""
+    if trigger.kind != "processing_time":
+        return trigger.kind
+    ms = int(trigger.interval_ms)
+    for unit, size in (("hour", 3_600_000), ("minute", 60_000), ("second", 1000)):
+        if ms and ms % size == 0:
+            n = ms // size
+            return f'processing_time="{n} {unit}{"s" if n != 1 else ""}"'
+    return f'processing_time="{ms} milliseconds"'
+
+
 def _part(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "_", s) or "_"
 
@@ -134,7 +146,7 @@ def build_assets(specs: list[Any]) -> list[Any]:
     for key, ws in writers.items():
         deps = sorted({k for s in ws for k, _ in s.source_assets if k != key}, key=lambda k: k.path)
         names = ", ".join(s.name for s in ws)
-        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
+        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {trigger_text(s.trigger)}" for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
         out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),

@@ -39,6 +39,8 @@ from typing import Any
 
 import dagster as dg
 
+from .assets import trigger_text
+
 CHECK = "freshness"
 DEFAULT_GRACE = "5 minutes"
 SENSOR_INTERVAL_S = 60
@@ -140,7 +142,7 @@ def make_freshness(spec: Any, grace: str | None = None) -> tuple[dg.AssetChecksD
     rule = rule_for(spec, grace)
 
     @dg.asset_check(asset=spec.sink_key, name=_check_name(spec), blocking=False,
-                    description=f"Freshness derived from the trigger ({spec.trigger.description}): {rule.describe()}")
+                    description=f"Freshness derived from the trigger ({trigger_text(spec.trigger)}): {rule.describe()}")
     def check(context) -> dg.AssetCheckResult:
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         try:

@@ -182,7 +182,10 @@ def observable_source(asset_spec: Any, readers: list[Any]) -> Any:
     import dagster as dg
     key = asset_spec.key
 
-    @dg.multi_observable_source_asset(specs=[asset_spec], name="observe__" + "__".join(key.path))
+    import re
+    name = re.sub(r"[^A-Za-z0-9_]", "_", "observe__" + "__".join(key.path))
+
+    @dg.multi_observable_source_asset(specs=[asset_spec], name=name)
     def observe(context):
         yield observe_source(key, readers)
     return observe

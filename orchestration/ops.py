@@ -103,8 +103,9 @@ def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> 
 
 def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
     """A later step lost the log's fence: fail this step with the reason (never retried)."""
+    from .refusal import refusal
     refusal_tags(context, spec, reason, batch_id)
-    raise dg.Failure(description=f"refused: {_short(reason)}", allow_retries=False)
+    raise refusal(f"refused: {_short(reason)}")
 
 
 def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -> Any:
@@ -257,8 +258,8 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         from increments.execution import steps
         from . import runner
         if len(batch) != 1 or isinstance(batch[0], str):       # plan refused: read .. write were skipped
-            raise dg.Failure(description=next((b for b in batch if isinstance(b, str)), "refused"),
-                             allow_retries=False)
+            from .refusal import refusal
+            raise refusal(next((b for b in batch if isinstance(b, str)), "refused"))
         batch = batch[0]
 
         def run():

@@ -133,7 +133,7 @@ def test_schedule_tick_drains_available_now(dagster_env):
     assert [o["drain_batches"] for o in done] == [3]            # as increments_drains and `increments history`
 
 
-def test_two_launches_one_commits_the_other_is_refused(dagster_env):
+def test_two_launches_one_commits_the_other_is_refused(dagster_env, tmp_path):
     d, root = dagster_env["dagster"], dagster_env["root"]
     write_files(root, "manual_copy", 2)
     tags = {"increments/batch_id": "0"}                   # as the sensor's request for batch 0
@@ -153,6 +153,7 @@ def test_two_launches_one_commits_the_other_is_refused(dagster_env):
     assert (again["tags"]["increments/outcome"], again["status"]) == ("refused", "FAILURE")
     assert "batch 0 is committed" in again["tags"]["increments/reason"]
     assert "launch manual_copy_batch" in assert_one_failing_step(d, again["runId"])
+    run_page_shows_one_line(d, again["runId"], tmp_path)
     # nothing to do is not a failure: Success, the later steps skipped, a tag saying so
     idle = d.wait_run(d.launch("manual_copy_batch"), 120)
     assert (idle["tags"]["increments/outcome"], idle["status"]) == ("idle", "SUCCESS")
@@ -176,6 +177,13 @@ def assert_one_failing_step(d, run_id: str) -> str:
     text = fails[0]["failureMetadata"]["description"]
     assert "\n" not in text
     return text
+
+
+def run_page_shows_one_line(d, run_id: str, tmp_path) -> None:
+    """The refused run's page in Chromium: the reason as one line, no stack trace."""
+    dom = _chromium(f"{d.url}/runs/{run_id}", tmp_path, "refused_run", rendered="is committed")
+    assert "batch 0 is committed" in dom and "launch manual_copy_batch" in dom
+    assert "Stack Trace" not in dom and "Traceback" not in dom and "Not executing" not in dom
 
 
 def test_materializing_the_sink_asset_runs_the_next_batch(dagster_env):
@@ -360,6 +368,16 @@ def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env, tmp_p
     assert tick["status"] == "SKIPPED"
     assert "HALTED at batch 1" in tick["skipReason"] and f"(file {bad}, line 2)" in tick["skipReason"]
     assert "launch job bad_copy_batch" in tick["skipReason"]
+    # ... and each tick's row in its history says so (the sensor's cursor)
+    sel = {"repositoryLocationName": d.location, "repositoryName": "__repository__", "sensorName": "bad_copy_trigger"}
+    cursor = wait_for(lambda: next((t["cursor"] for t in d.gql(
+        """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor { sensorState {
+           ticks(limit: 5) { cursor } } } } }""", {"s": sel})["sensorOrError"]["sensorState"]["ticks"]
+        if (t["cursor"] or "").startswith("halted")), None), 60, "the halted cursor")
+    assert cursor.startswith(f"halted at batch 1 ({os.path.basename(bad)}, line 2), run {failed[0]['runId'][:8]}")
+    dom = _chromium(f"{d.url}/locations/{d.location}/sensors/bad_copy_trigger", tmp_path, "halted_sensor",
+                    rendered="halted at batch 1")
+    assert "halted at batch 1" in dom
     # the asset page: the failed batch_errors check and an observation with the reason
     halt = next(o for o in d.materializations(["files", "lake", "bad_copy"], kind="assetObservations")
                 if o["metadata"].get("query_state") == "halted")
