@@ -305,6 +305,10 @@ def test_graphql_returns_batch_lineage(dagster_env):
                        "sensor_copy"]}]) { assetKey { path } dependencyKeys { path } } }""")["assetNodes"]
     deps = {"/".join(n["assetKey"]["path"]): ["/".join(k["path"]) for k in n["dependencyKeys"]] for n in nodes}
     assert deps == {"files/lake/silver_copy": ["delta/lake/sensor_copy"], "delta/lake/sensor_copy": ["files/landing/sensor_copy"]}
+    # the landing directory is an observable source asset, observed by the reader's freshness sensor
+    src = d.gql("""{ assetNodes(assetKeys: [{path: ["files", "landing", "sensor_copy"]}]) { isObservable
+                     targetingInstigators { ... on Sensor { name } } } }""")["assetNodes"][0]
+    assert src["isObservable"] and {"name": "sensor_copy_freshness"} in src["targetingInstigators"]
 
 
 def _chromium(url: str, tmp_path, name: str, rendered: str | None = None) -> str:
