@@ -146,7 +146,9 @@ def build_assets(specs: list[Any]) -> list[Any]:
     for key, ws in writers.items():
         deps = sorted({k for s in ws for k, _ in s.source_assets if k != key}, key=lambda k: k.path)
         names = ", ".join(s.name for s in ws)
-        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {trigger_text(s.trigger)}" for s in ws)}
+        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {trigger_text(s.trigger)}" + (
+            f" (drained on {s.cron_schedule!r} by schedule {s.key}_available_now_schedule)"
+            if s.trigger.kind == "available_now" else "") for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
         out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),

@@ -103,9 +103,22 @@ def read_version(src: Any, end: Any) -> dict[str | None, str] | None:
     return None
 
 
-def provenance_tags(spec: Any, rt: Any, end: dict[str, Any]) -> dict[str, str]:
+def _has_version(instance: Any, key: Any) -> bool:
+    """Has the asset a data version on this instance (an observation or a materialization)? One
+    never observed has Dagster's initial version, which a batch's provenance must then keep."""
+    if instance is None:
+        return True
+    try:
+        return bool(instance.fetch_observations(key, limit=1).records) or \
+            instance.get_latest_materialization_event(key) is not None
+    except Exception:  # noqa: BLE001 - provenance is advisory
+        return False
+
+
+def provenance_tags(spec: Any, rt: Any, end: dict[str, Any], instance: Any = None) -> dict[str, str]:
     """dagster/input_data_version/<source key> = what batch N read (module doc), for the source
-    assets observed here and the Delta tables other queries write; `end` = offsets[N].end."""
+    assets observed here and the Delta tables other queries write, once they have a data version
+    on `instance`; `end` = offsets[N].end."""
     from dagster._core.definitions.data_version import get_input_data_version_tag
     tags: dict[str, str] = {}
     for i, (keys, src) in enumerate(zip(source_keys_by_index(spec, rt), rt.sources)):
@@ -115,6 +128,8 @@ def provenance_tags(spec: Any, rt: Any, end: dict[str, Any]) -> dict[str, str]:
         for key in keys:
             if key in getattr(spec, "written_sources", set()) and key.path[0] != "delta":
                 continue                  # another query's parquet/Kafka/... sink: Dagster's provenance
+            if not _has_version(instance, key):
+                continue                  # never observed: Dagster's initial version stays the input's
             v = versions.get(None) or next((x for t, x in versions.items() if t is not None and _part(t) == key.path[-1]),
                                            None)
             if v:

@@ -279,7 +279,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         md, events, nxt, prov = {"batch_id": str(batch["batch_id"])}, [], None, {}
         try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
             md, events, nxt = after_commit(spec, context, batch, *res)
-            prov = provenance(spec, *res[:3])
+            prov = provenance(spec, context.instance, *res[:3])
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"batch {batch['batch_id']} is committed; recording its lineage failed: {e!r}")
         finally:
@@ -315,11 +315,12 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
     return ops
 
 
-def provenance(spec: Any, rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
+def provenance(spec: Any, instance: Any, rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
     """{'tags': input data versions of what batch N read, 'version': the sink's data version}
     (observations.py: the sink is "Unsynced" exactly while a source holds unread data)."""
     from .observations import provenance_tags, sink_data_version
-    return {"tags": provenance_tags(spec, rt, dict(plan.entry.end)), "version": sink_data_version(rt, entry.sink_version)}
+    return {"tags": provenance_tags(spec, rt, dict(plan.entry.end), instance),
+            "version": sink_data_version(rt, entry.sink_version)}
 
 
 def own_evaluations(context: Any, events: list[Any]) -> list[Any]:
