@@ -82,6 +82,11 @@ def error_location(text: str) -> dict[str, Any]:
     return {"file": m.group(1), "line": int(m.group(2))} if m else {}
 
 
+def location_metadata(text: str) -> dict[str, str]:
+    """error_location as metadata: text (a file and a line number are not metrics to plot)."""
+    return {k: str(v) for k, v in error_location(text).items()}
+
+
 def _short(reason: str) -> str:
     return re.sub(r"^query '[^']*' \(id [^)]*\),?\s*", "", reason)      # the run's tags name the query
 
@@ -126,8 +131,8 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
         where = f"query {spec.name}" + (f", batch {batch_id}" if batch_id is not None else "")
         text = redact(f"{type(e).__name__}: {e}")
         attempt, last = context.retry_number + 1, context.retry_number >= spec.max_retries
-        md = {**({"batch_id": batch_id} if batch_id is not None else {}), "step": step, "attempt": attempt,
-              "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}
+        md = {**({"batch_id": str(batch_id)} if batch_id is not None else {}), "step": step, "attempt": str(attempt),
+              "error": dg.MetadataValue.text(text[:4000]), **location_metadata(text)}
         if last:
             from .expectations import failure_evaluation
             try:                      # an on_violation="fail" expectation: its blocking check fails

@@ -387,7 +387,8 @@ def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env, tmp_p
                 if o["metadata"].get("query_state") == "halted")
     assert "batch 1" in halt["description"] and f"{bad}, line 2" in halt["description"]
     check = d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]
-    assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == 2
+    assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == "2"
+    assert (check["metadata"]["batch_id"], check["metadata"]["attempt"]) == ("1", "3")    # text: not plotted
     dom = _chromium(f"{d.url}/assets/files/lake/bad_copy?view=checks&checkDetail=batch_errors", tmp_path,
                     "halted_asset_checks", rendered="batch_errors")
     assert "batch_errors" in dom and "halted" in dom.lower()
