@@ -35,7 +35,9 @@ def ice_env(tmp_path_factory, kafka_broker, kafka_txn_broker, pg_url):
     home = os.path.join(root, "dagster_home")
     env = prepare_home(home, pg_url=url.replace("postgresql+psycopg://", "postgresql+psycopg2://"))
     create_topic(kafka_broker, "clicks_in", partitions=2)
-    produce(kafka_broker, "clicks_in", [json.dumps({"id": i, "name": f"k{i}"}) for i in range(10)])
+    for part in (0, 1):                      # five records in each partition
+        produce(kafka_broker, "clicks_in", [json.dumps({"id": i, "name": f"k{i}"}) for i in range(5 * part, 5 * part + 5)],
+                partition=part)
     create_topic(kafka_txn_broker, "clicks_out")
     env.update(INCREMENTS_TEST_DIR=root, PYTHONPATH=REPO, INCREMENTS_TEST_KAFKA=kafka_broker,
                INCREMENTS_TEST_KAFKA_TXN=kafka_txn_broker, INCREMENTS_TEST_PG_URL=pg_url,
@@ -208,7 +210,7 @@ def test_kafka_and_postgres_sinks_carry_dagster_standard_metadata(ice_env):
     assert pg["read"] == "0: kafka clicks_in/0 [0, 5), clicks_in/1 [0, 5)"
     assert observe(d, ["kafka", "clicks_in"])["metadata"]["offsets_pending"] == 0
     assert _stale(d, ["postgres", "kafka_pg"]) == "FRESH"
-    produce(ice_env["kafka"], "clicks_in", [json.dumps({"id": 10 + i, "name": "late"}) for i in range(3)])
+    produce(ice_env["kafka"], "clicks_in", [json.dumps({"id": 10 + i, "name": "late"}) for i in range(3)], partition=0)
     assert observe(d, ["kafka", "clicks_in"])["metadata"]["offsets_pending"] == 3
     assert _stale(d, ["postgres", "kafka_pg"]) == "STALE"
     d.wait_run(d.launch("kafka_pg_batch"), timeout=300)
