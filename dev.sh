@@ -56,10 +56,12 @@ case "$cmd" in
     export DAGSTER_HOME="$PWD/.dagster"
     echo "[dev.sh] DAGSTER_HOME=$DAGSTER_HOME (SQLite); demo data: python examples/queries.py 6"
     if [ -n "${INCREMENTS_CELERY:-}" ]; then
-      echo "[dev.sh] batch runs on a warm Celery worker (log .dagster/celery-worker.log)"
-      .venv/bin/python -m orchestration.celery worker -Q increments-runs,dagster,increments-p0,increments-p1 \
-        > .dagster/celery-worker.log 2>&1 &
-      trap 'kill $! 2>/dev/null' EXIT
+      echo "[dev.sh] batch runs on a warm Celery worker, executor=\"celery\" steps on another (logs .dagster/celery-*.log)"
+      .venv/bin/python -m orchestration.celery worker -Q increments-runs -n runs@%h > .dagster/celery-runs.log 2>&1 &
+      runs_worker=$!
+      .venv/bin/python -m orchestration.celery worker -Q dagster,increments-p0,increments-p1 -n steps@%h \
+        > .dagster/celery-steps.log 2>&1 &
+      trap "kill $runs_worker $! 2>/dev/null" EXIT
     fi
     if [ -n "${INCREMENTS_CELERY:-}" ]; then .venv/bin/dagster dev -w workspace.yaml "$@"; exit $?; fi
     exec .venv/bin/dagster dev -w workspace.yaml "$@" ;;

@@ -30,6 +30,18 @@ from increments.options import writer_options
 from increments.redaction import redact_url
 
 
+def trigger_text(trigger: Any) -> str:
+    """The trigger as the query states it: 'processing_time="10 seconds"', 'available_now', 'once'."""
+    if trigger.kind != "processing_time":
+        return trigger.kind
+    ms = int(trigger.interval_ms)
+    for unit, size in (("hour", 3_600_000), ("minute", 60_000), ("second", 1000)):
+        if ms and ms % size == 0:
+            n = ms // size
+            return f'processing_time="{n} {unit}{"s" if n != 1 else ""}"'
+    return f'processing_time="{ms} milliseconds"'
+
+
 def _part(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "_", s) or "_"
 
@@ -115,9 +127,11 @@ def _kafka(topic: Any, query_key: str) -> tuple[dg.AssetKey, str]:
     return dg.AssetKey(["kafka", _part(str(topic))]), f"Kafka topic {topic}"
 
 
-def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
-    """One AssetSpec per key across all queries: sinks (with deps on their sources) and the sources
-    no query of this location writes. Kinds: orchestration/metadata.py."""
+def build_assets(specs: list[Any]) -> list[Any]:
+    """One definition per key across all queries: sinks (AssetSpecs with deps on their sources;
+    factory.py makes a sink one query writes a graph-backed asset) and the sources no query of this
+    location writes (observable source assets: observations.observable_source). Kinds:
+    orchestration/metadata.py."""
     from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
@@ -132,7 +146,9 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
     for key, ws in writers.items():
         deps = sorted({k for s in ws for k, _ in s.source_assets if k != key}, key=lambda k: k.path)
         names = ", ".join(s.name for s in ws)
-        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {s.trigger.description}" for s in ws)}
+        md = {"written_by": names, "trigger": "; ".join(f"{s.name}: {trigger_text(s.trigger)}" + (
+            f" (drained on {s.cron_schedule!r} by schedule {s.key}_available_now_schedule)"
+            if s.trigger.kind == "available_now" else "") for s in ws)}
         if key in readers:
             md["read_by"] = ", ".join(readers[key])
         out.append(dg.AssetSpec(key, deps=deps, group_name="increments", kinds=sink_kinds(key, ws[0].sink_description),
@@ -141,10 +157,14 @@ def build_assets(specs: list[Any]) -> list[dg.AssetSpec]:
                                             + (" (Materialize runs the next batch)" if len(ws) == 1 else
                                                " (launch a writer's <query>_batch job to run its next batch)"),
                                 metadata=md))
+    from .observations import observable_source
     for key, names in readers.items():
         if key in writers:
             continue
-        out.append(dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
-                                description=f"{descs[key]}, read by streaming query {', '.join(names)}",
-                                metadata={"read_by": ", ".join(names)}))
+        out.append(observable_source(
+            dg.AssetSpec(key, group_name="increments", kinds=source_kinds(key, descs[key]),
+                         description=f"{descs[key]}, read by streaming query {', '.join(names)}; observed (backlog, "
+                                     "data version) by the readers' freshness sensors",
+                         metadata={"read_by": ", ".join(names)}),
+            [s for s in specs if key in s.source_keys()]))
     return out

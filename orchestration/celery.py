@@ -38,7 +38,7 @@ DEFAULT_BACKEND = "redis://127.0.0.1:6379/0"
 RUN_QUEUE = "increments-runs"
 STEP_QUEUE = "dagster"
 PARTITION_QUEUE_PREFIX = "increments-p"
-from .celery_warm import WARM_ENV  # noqa: E402
+from .celery_warm import WARM_ENV, WORKER_TAG  # noqa: E402
 TICK_S = 0.05          # the executor's poll of its step tasks (dagster-celery's default: 1 s per tick)
 
 
@@ -68,13 +68,19 @@ def partition_queue(step_key: str, groups: int) -> str | None:
 
 def _celery_app(broker: str | None = None, backend: str | None = None) -> Any:
     from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
+    from dagster_celery.tasks import create_resume_job_task
+
+    from .celery_tasks import create_warm_execute_job_task, create_warm_execute_plan_task
     app = make_app({"broker": broker or broker_url(), "backend": backend or backend_url(), "include": [],
                     "config_source": {"worker_prefetch_multiplier": 1, "task_default_queue": STEP_QUEUE,
-                                      "result_expires": 3600},
+                                      "result_expires": 3600,
+                                      # a worker busy with a run reserves no other run (Celery
+                                      # acks a task before running it, then prefetches the next
+                                      # one: another query's run would wait for this batch)
+                                      "task_annotations": {"execute_job": {"acks_late": True}}},
                     "task_default_queue": STEP_QUEUE})
-    create_task(app)
-    create_execute_job_task(app)
+    create_warm_execute_plan_task(app)      # dagster-celery's tasks, on one Dagster instance per process
+    create_warm_execute_job_task(app)
     create_resume_job_task(app)
     return app
 
@@ -95,11 +101,19 @@ PING_MISSES = 2        # consecutive health checks without an answer from the ru
 
 
 class CeleryRunLauncher(_DagsterCeleryRunLauncher):
-    """dagster-celery's CeleryRunLauncher, plus: a run whose task was started by a worker that no
-    longer answers a ping (the whole worker was killed: its task stays STARTED in the backend
-    forever) is reported failed, so run monitoring fails it and run retries redo its batch.
-    Resuming a run on another worker is off (dagster-celery 0.29's resume task takes another
-    argument name than its launcher sends); a crashed run is retried instead."""
+    """dagster-celery's CeleryRunLauncher, plus a health check that asks the run's worker.
+
+    Run monitoring fails a run on any health status but RUNNING or SUCCESS (with resume off), so:
+    task SUCCESS / FAILURE (the pool process died: Celery records it) -> as dagster-celery says;
+    otherwise the worker that started the task (run tag increments/celery_worker, which the worker
+    sets when it starts the run; else the node name in the task's STARTED state, which the backend
+    expires) is pinged: it answers -> RUNNING; it missed PING_MISSES consecutive checks -> FAILED (the whole
+    worker died: its task would stay STARTED forever), so run retries redo the batch; one miss,
+    a broker that does not answer or a worker not known yet -> RUNNING (a slow worker is not
+    failed for one late answer: the fence would refuse its attempt, but the batch would be redone).
+    Resuming a run on another worker is off: dagster-celery 0.29.27's launcher sends the resume
+    task `execute_job_args_packed` where its task takes `resume_job_args_packed` (every resume
+    would fail with a TypeError in the worker); a crashed run is retried instead."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -109,29 +123,36 @@ class CeleryRunLauncher(_DagsterCeleryRunLauncher):
     def supports_resume_run(self) -> bool:
         return False
 
-    def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:
-        res = super().check_run_worker_health(run)
-        if res.status != WorkerStatus.RUNNING:
-            self._misses.pop(run.run_id, None)
-            return res
+    def _worker_of(self, run: Any) -> tuple[str | None, Any]:
+        """(node name, pid) of the worker that started the run's task, remembered as a run tag."""
         info = self.celery.AsyncResult(run.tags[DAGSTER_CELERY_TASK_ID_TAG]).info
         host = info.get("hostname") if isinstance(info, dict) else None
-        if not host:
+        if host and run.tags.get(WORKER_TAG) != host:
+            self._instance.add_run_tags(run.run_id, {WORKER_TAG: host})
+        return host or run.tags.get(WORKER_TAG), info.get("pid") if isinstance(info, dict) else None
+
+    def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:
+        res = super().check_run_worker_health(run)
+        if res.status in (WorkerStatus.SUCCESS, WorkerStatus.FAILED):
+            self._misses.pop(run.run_id, None)
             return res
+        host, pid = self._worker_of(run)
+        if not host:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"{res.msg or 'task started'}; its worker is not known yet")
         try:
             alive = bool(self.celery.control.ping(destination=[host], timeout=1.0))
         except Exception:  # noqa: BLE001 - the broker is down: nothing known about the worker
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the Celery broker did not answer")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "the Celery broker did not answer a ping")
         if alive:
             self._misses.pop(run.run_id, None)
-            return res
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
         self._misses[run.run_id] = n = self._misses.get(run.run_id, 0) + 1
         if n < PING_MISSES:
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"Celery worker {host} did not answer a ping")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"Celery worker {host} missed a ping")
         self._misses.pop(run.run_id, None)
         return CheckRunHealthResult(WorkerStatus.FAILED,
-                                    f"Celery worker {host} (pid {info.get('pid')}) that started run {run.run_id} "
-                                    f"does not answer: it died mid-run; the run is failed and retried")
+                                    f"Celery worker {host}{f' (pid {pid})' if pid else ''} that started run "
+                                    f"{run.run_id} does not answer: it died mid-run; the run is failed and retried")
 
 
 # -- the executor -------------------------------------------------------------------------------
@@ -145,13 +166,20 @@ def _executor_def() -> Any:
             self.groups = groups
 
         def execute(self, plan_context: Any, execution_plan: Any) -> Any:
+            """dagster-celery's loop; inside a run that is itself a Celery task (the run launched by
+            CeleryRunLauncher on a warm worker) its result.get() of finished step tasks is allowed
+            (Celery refuses it in a task by default: "Never call result.get() within a task",
+            dagster-io/dagster#32915). Such a run holds its worker's pool process while its steps run:
+            they need other workers (the partition groups' queues and `dagster`)."""
             import dagster_celery.core_execution_loop as loop
+            from celery.result import allow_join_result
             loop.TICK_SECONDS = TICK_S
             groups = self.groups
 
             def submit(app, ctx, step, queue, priority, known_state):
                 return _submit_task(app, ctx, step, partition_queue(step.key, groups) or queue, priority, known_state)
-            return loop.core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
+            with allow_join_result():
+                yield from loop.core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
 
     @dg.executor(name="increments_celery",
                  config_schema={**CELERY_CONFIG,
@@ -192,12 +220,14 @@ def worker_command(queues: list[str], name: str, concurrency: int = 1, loglevel:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m orchestration.celery worker [-Q q1,q2] [-n name@%h] [-c N]: a warm worker
-    (INCREMENTS_WARM_STATE=1; needs DAGSTER_HOME, the instance the runs belong to)."""
+    (INCREMENTS_WARM_STATE=1; needs DAGSTER_HOME, the instance the runs belong to). Default queue:
+    increments-runs. Steps of executor="celery" queries need workers of their own (queues
+    increments-p<g>,dagster): a run waiting for its steps holds its worker's pool process."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "worker":
         print(main.__doc__, file=sys.stderr)
         return 2
-    opts = {"-Q": f"{RUN_QUEUE},{STEP_QUEUE}", "-n": "increments@%h", "-c": "1"}
+    opts = {"-Q": RUN_QUEUE, "-n": "increments@%h", "-c": "1"}    # runs only: a run waits on its steps' workers
     rest = args[1:]
     for i in range(0, len(rest) - 1, 2):
         opts[rest[i]] = rest[i + 1]

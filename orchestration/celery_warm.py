@@ -7,10 +7,13 @@ another worker advanced, or a lost attempt's version, is rebuilt from the checkp
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+import sys
+from typing import Any, Iterator
 
 WARM_ENV = "INCREMENTS_WARM_STATE"
+WORKER_TAG = "increments/celery_worker"     # run tag: the Celery worker (node name) that executes the run
 
 
 _WARM: dict[str, tuple[tuple, Any]] = {}
@@ -73,3 +76,14 @@ def partition_warmth(rt: Any, batch_id: int, p: int) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - metadata only
         pass
     return out
+
+
+@contextlib.contextmanager
+def imports_during(out: dict[str, Any]) -> Iterator[None]:
+    """out["modules_imported"] = modules this process imported inside the block (a partition op:
+    0 in a warm worker's steady state; a fresh op process imports the engine's libraries here)."""
+    before = len(sys.modules)
+    try:
+        yield
+    finally:
+        out["modules_imported"] = len(sys.modules) - before

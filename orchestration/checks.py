@@ -46,7 +46,7 @@ def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=spec.sink_key, name=spec.check_name(ERRORS_CHECK), description=ERRORS_DESCRIPTION,
                     blocking=True)  # a halted query's sink must not feed downstream assets in the same run
     def check(context) -> dg.AssetCheckResult:
-        from .ops import error_location
+        from .ops import location_metadata
         from .sensors import halt_state, halt_text
         h = halt_state(context.instance, spec)
         if h is None:
@@ -55,7 +55,7 @@ def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description=halt_text(h),
                                    metadata={**({"batch_id": str(int(h["batch_id"]))} if h.get("batch_id") else {}),
                                              "error": dg.MetadataValue.text(h["error"]),
-                                             **error_location(h["error"]),
+                                             **location_metadata(h["error"]),
                                              "dagster_run": dg.MetadataValue.dagster_run(h["run_id"])})
     return check
 

@@ -3,7 +3,9 @@
 Dagster's public API has no way to (a) queue a run from inside a run (the AvailableNow drain's
 chain: one run per batch, no wait for a sensor tick), (b) record a drain as a backfill the Backfills
 page lists and cancels, (c) read a sensor's stored on/off state, (d) walk a cron string backwards,
-(e) report a Celery worker's health or read an executor's retry mode. What increments needs for
+(e) report a Celery worker's health or read an executor's retry mode, run dagster-celery's tasks
+(celery_tasks.py), (f) show a refused step's error as one line (refusal.py), (g) tag a batch's
+input data versions (observations.py). What increments needs for
 these is below and nowhere else: tests/orchestration/test_dagster_internals.py checks that no other
 module imports `dagster._*`, that every name below resolves on the installed Dagster
 (missing_internals: resolving them imports Dagster's storage modules, ~1 s, so the code location
@@ -48,6 +50,20 @@ INTERNALS = {
     "AssetCheckExecutionsTable": "dagster._core.storage.event_log.schema:AssetCheckExecutionsTable",
     "BulkActionsTable": "dagster._core.storage.runs.schema:BulkActionsTable",
     "BackfillTagsTable": "dagster._core.storage.runs.schema:BackfillTagsTable",
+    # observations.py: a batch's input data versions
+    "get_input_data_version_tag": "dagster._core.definitions.data_version:get_input_data_version_tag",
+    # refusal.py: a refused step's one-line error
+    "DagsterUserCodeProcessError": "dagster._core.errors:DagsterUserCodeProcessError",
+    "SerializableErrorInfo": "dagster._utils.error:SerializableErrorInfo",
+    # celery_tasks.py: dagster-celery 0.29's tasks, mirrored
+    "execute_run_command_body": "dagster._cli.api:_execute_run_command_body",
+    "ReconstructableJob": "dagster._core.definitions.reconstruct:ReconstructableJob",
+    "EngineEventData": "dagster._core.events:EngineEventData",
+    "create_execution_plan": "dagster._core.execution.api:create_execution_plan",
+    "execute_plan_iterator": "dagster._core.execution.api:execute_plan_iterator",
+    "ExecuteRunArgs": "dagster._grpc.types:ExecuteRunArgs",
+    "ExecuteStepArgs": "dagster._grpc.types:ExecuteStepArgs",
+    "unpack_value": "dagster._serdes:unpack_value",
 }
 #: instance methods used that Dagster does not document as public
 INSTANCE_METHODS = ("create_run", "create_run_for_job", "submit_run", "all_instigator_state", "add_backfill",

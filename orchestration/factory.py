@@ -18,8 +18,10 @@ For each one `query_definitions` builds:
   asset spec that each writer's `<q>_batch` (then an op job over the same graph) materializes by
   event; Materialize is not offered for it (which query's batch would it run?): launch a
   writer's job. A Materialize from the asset graph runs in Dagster's own asset job, without the
-  job's tags: the plan op tags the run increments/query, the location's default executor is the
-  queries' (default_executor), and the shipped dagster.yaml retries crashed runs only;
+  job's tags: the plan op tags the run increments/query, the plan and commit ops are in the pool
+  increments/<q> (ops.query_pool: the run queue keeps it one at a time with the query's other
+  runs), the location's default executor is the queries' (default_executor), and the shipped
+  dagster.yaml retries crashed runs only;
 - job `<q>_available_now`: fixes an AvailableNow drain's targets (launch it from the UI);
 - sensor `<q>_trigger`: requests the next batch run while none is in flight, when a drain is
   active or (processing_time queries) there is new data or time-based work;
@@ -81,6 +83,7 @@ class QuerySpec:
     fanout_reason: str | None = "not planned"   # None: the process step fans out per state partition
     compact: Any = None                # maintenance.CompactSettings (Delta sinks: <q>_compact job and schedule)
     freshness_grace: str | None = None  # freshness.py: slack of the sink's freshness check (default 5 minutes)
+    written_sources: set = field(default_factory=set)   # source keys another query of the location writes
 
     @property
     def fanout(self) -> bool:
@@ -285,6 +288,7 @@ def build_definitions(queries: list[Any], asset_root: str | None = None,
         writers[sp.sink_key] = writers.get(sp.sink_key, 0) + 1
     for sp in specs:
         sp.shared_sink = writers[sp.sink_key] > 1
+        sp.written_sources = {k for k in sp.source_keys() if k in writers}
     if not specs:
         return dg.Definitions()
     parts = [spec_definitions(sp) for sp in specs]

@@ -53,11 +53,12 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
         warmth: dict = {}
 
         def run():
-            from .celery_warm import partition_warmth
-            rt = _rt(spec, context)
-            plan = steps.load_plan(rt, n)
-            warmth.update(partition_warmth(rt, n, p))      # worker, state_open warm/cold (celery.py)
-            return partitioned.process_partition(rt, plan, p)
+            from .celery_warm import imports_during, partition_warmth
+            with imports_during(warmth):                   # modules_imported: 0 in a warm process
+                rt = _rt(spec, context)
+                plan = steps.load_plan(rt, n)
+                warmth.update(partition_warmth(rt, n, p))  # worker, state_open warm/cold (celery.py)
+                return partitioned.process_partition(rt, plan, p)
         info = guarded(spec, context, f"process (partition {p})", n, run)
         return dg.Output(part, metadata={"partition": p, **warmth, "num_input_rows": info.num_input_rows,
                                          "num_output_rows": info.num_output_rows,

@@ -39,6 +39,8 @@ from typing import Any
 
 import dagster as dg
 
+from .assets import trigger_text
+
 CHECK = "freshness"
 DEFAULT_GRACE = "5 minutes"
 SENSOR_INTERVAL_S = 60
@@ -140,7 +142,7 @@ def make_freshness(spec: Any, grace: str | None = None) -> tuple[dg.AssetChecksD
     rule = rule_for(spec, grace)
 
     @dg.asset_check(asset=spec.sink_key, name=_check_name(spec), blocking=False,
-                    description=f"Freshness derived from the trigger ({spec.trigger.description}): {rule.describe()}")
+                    description=f"Freshness derived from the trigger ({trigger_text(spec.trigger)}): {rule.describe()}")
     def check(context) -> dg.AssetCheckResult:
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         try:
@@ -151,9 +153,12 @@ def make_freshness(spec: Any, grace: str | None = None) -> tuple[dg.AssetChecksD
 
     status = dg.DefaultSensorStatus.RUNNING if spec.sensor_status == "running" else dg.DefaultSensorStatus.STOPPED
 
+    observed = [k for k in spec.source_keys() if k not in getattr(spec, "written_sources", set())]
+
     @dg.sensor(name=f"{spec.key}_freshness", minimum_interval_seconds=SENSOR_INTERVAL_S, default_status=status,
                description=f"Reports the freshness check of {spec.name}'s sink ({rule.describe()}) and observes "
-                           "its sources (backlog, data version)")
+                           "its sources (backlog, data version)",
+               asset_selection=observed or None)    # the source assets list it under Automations
     def sensor(context):
         return freshness_tick(spec, rule, context.cursor, written_keys(context))
 

@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export {k}={v}")
     print("dagster dev -w workspace.yaml")
     if celery:
-        print("python -m orchestration.celery worker -Q increments-runs,dagster   # one or more, same DAGSTER_HOME")
+        print("python -m orchestration.celery worker -Q increments-runs -n runs@%h   # batch runs; same DAGSTER_HOME")
+        print("python -m orchestration.celery worker -Q increments-p0,dagster -n p0@%h   # executor=\"celery\" steps, "
+              "one per partition group")
     return 0
 
 

@@ -4,9 +4,10 @@ integrations (dagster-deltalake, dbt, Sling) report them, beside the batch's lin
 Every sink materialization (one per committed batch) carries:
     dagster/row_count       the table's rows after the batch where the sink can tell: Delta (the
                             snapshot's add-action record counts), parquet sink (its manifests'
-                            rows, up to MAX_MANIFESTS_COUNTED batches), PostgreSQL (count(*)), memory; for a sink without a table of
-                            rows (Kafka, Iceberg, foreach_batch, console) the rows this batch
-                            wrote. `row_count_of` says which ("table" or "batch").
+                            rows, up to MAX_MANIFESTS_COUNTED batches), PostgreSQL (count(*)),
+                            Iceberg (the current snapshot's total-records), memory; for a sink
+                            without a table of rows (Kafka, foreach_batch, console) the rows this
+                            batch wrote. `row_count_of` says which ("table" or "batch").
     dagster/column_schema   the query's output schema as a TableSchema (name, type, nullability)
     dagster/uri             Delta and parquet locations (credentials redacted), kafka://servers/topic
     dagster/table_name      PostgreSQL and Iceberg tables
@@ -129,6 +130,12 @@ def table_row_count(rt: Any) -> int | None:
                 return int(c.execute(sa.text(f"SELECT count(*) FROM {sink.qtable}")).scalar() or 0)
         if "memory" in name and hasattr(sink, "table"):
             return int(sink.table().num_rows)
+        if "iceberg" in name and hasattr(sink, "_load"):
+            t = sink._load()                  # the current snapshot's summary counts the table's rows
+            snap = t.current_snapshot() if t is not None else None
+            from increments.sinks.iceberg_table import snapshot_summary
+            total = snapshot_summary(snap).get("total-records") if snap is not None else None
+            return int(total) if total is not None else (0 if t is not None and snap is None else None)
     except Exception:  # noqa: BLE001 - the count is advisory; the batch is committed
         return None
     return None

@@ -43,6 +43,17 @@ CHAINED_TAG = "increments/after_run"
 ERRORS_CHECK = "batch_errors"
 
 
+def query_pool(spec: Any) -> str:
+    """The query's concurrency pool, on its plan and commit ops. With the shipped dagster.yaml
+    (`concurrency.pools: granularity: run, default_limit: 1`) the run queue holds a run while
+    another run needing the same pool is in flight: one run per query, also for a Materialize
+    from the asset graph (Dagster's asset job carries no job tags, so the tag limit on
+    increments/query cannot see it when it is queued). Only plan and commit carry it: under op
+    granularity (another instance's settings) the partition ops of a fanned-out batch still run
+    side by side."""
+    return f"increments/{spec.name}"
+
+
 def _rt(spec: Any, context: Any) -> Any:
     from . import runner
     return runner.runtime_for_run(spec.key, spec.writer_factory, spec.path, context.run_id)
@@ -71,6 +82,11 @@ def error_location(text: str) -> dict[str, Any]:
     return {"file": m.group(1), "line": int(m.group(2))} if m else {}
 
 
+def location_metadata(text: str) -> dict[str, str]:
+    """error_location as metadata: text (a file and a line number are not metrics to plot)."""
+    return {k: str(v) for k, v in error_location(text).items()}
+
+
 def _short(reason: str) -> str:
     return re.sub(r"^query '[^']*' \(id [^)]*\),?\s*", "", reason)      # the run's tags name the query
 
@@ -92,8 +108,9 @@ def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> 
 
 def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
     """A later step lost the log's fence: fail this step with the reason (never retried)."""
+    from .refusal import refusal
     refusal_tags(context, spec, reason, batch_id)
-    raise dg.Failure(description=f"refused: {_short(reason)}", allow_retries=False)
+    raise refusal(f"refused: {_short(reason)}")
 
 
 def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -> Any:
@@ -114,8 +131,8 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
         where = f"query {spec.name}" + (f", batch {batch_id}" if batch_id is not None else "")
         text = redact(f"{type(e).__name__}: {e}")
         attempt, last = context.retry_number + 1, context.retry_number >= spec.max_retries
-        md = {**({"batch_id": batch_id} if batch_id is not None else {}), "step": step, "attempt": attempt,
-              "error": dg.MetadataValue.text(text[:4000]), **error_location(text)}
+        md = {**({"batch_id": str(batch_id)} if batch_id is not None else {}), "step": step, "attempt": str(attempt),
+              "error": dg.MetadataValue.text(text[:4000]), **location_metadata(text)}
         if last:
             from .expectations import failure_evaluation
             try:                      # an on_violation="fail" expectation: its blocking check fails
@@ -178,7 +195,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
     policy = retry_policy(spec)
     job = f"{k}_batch"
 
-    @dg.op(name=f"{k}__plan", retry_policy=policy,
+    @dg.op(name=f"{k}__plan", retry_policy=policy, pool=query_pool(spec),
            out={"batch": dg.Out(dict, is_required=False,
                                 description="The planned batch (absent when there is nothing to do or the run is refused)"),
                 "refused": dg.Out(str, is_required=False,
@@ -247,7 +264,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             return dg.Output(batch, metadata=_step_metadata(info))
         return step_op
 
-    @dg.op(name=f"{k}__commit", retry_policy=policy,
+    @dg.op(name=f"{k}__commit", retry_policy=policy, pool=query_pool(spec),
            ins={"batch": dg.In(dg.List[dg.Any], description="[the written batch] or [plan's refusal]: one of "
                                                               "them (a fan-in, so a refusal skips no step twice)")},
            out={"result": dg.Out(dg.Nothing, is_required=False,
@@ -259,8 +276,8 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         from increments.execution import steps
         from . import runner
         if len(batch) != 1 or isinstance(batch[0], str):       # plan refused: read .. write were skipped
-            raise dg.Failure(description=next((b for b in batch if isinstance(b, str)), "refused"),
-                             allow_retries=False)
+            from .refusal import refusal
+            raise refusal(next((b for b in batch if isinstance(b, str)), "refused"))
         batch = batch[0]
 
         def run():
@@ -277,9 +294,10 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                                 "its lineage was not recorded")
             runner.release_run(k, context.run_id)
             return
-        md, events, nxt = {"batch_id": str(batch["batch_id"])}, [], None
+        md, events, nxt, prov = {"batch_id": str(batch["batch_id"])}, [], None, {}
         try:      # the batch is committed: what follows is bookkeeping, never a reason to fail or retry
             md, events, nxt = after_commit(spec, context, batch, *res)
+            prov = provenance(spec, context.instance, *res[:3])
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"batch {batch['batch_id']} is committed; recording its lineage failed: {e!r}")
         finally:
@@ -288,8 +306,9 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
             context.log_event(dg.AssetMaterialization(
                 asset_key=spec.sink_key, description=f"batch {batch['batch_id']} of query {spec.name}", metadata=md))
         else:                    # this job materializes the sink asset: the output is the materialization
-            yield dg.Output(None, "result", metadata=md)
-        for ev in events:        # after the materialization, so the checks evaluate this batch's
+            yield dg.Output(None, "result", metadata=md, tags=prov.get("tags") or None,
+                            data_version=dg.DataVersion(prov["version"]) if prov.get("version") else None)
+        for ev in own_evaluations(context, events):   # after the materialization: they evaluate this batch
             context.log_event(ev)
         from . import chain
         try:                     # a drain: queue the next batch's run (chain.py)
@@ -311,6 +330,23 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         from .fanout import make_fanout_ops
         ops.update(make_fanout_ops(spec, policy))
     return ops
+
+
+def provenance(spec: Any, instance: Any, rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
+    """{'tags': input data versions of what batch N read, 'version': the sink's data version}
+    (observations.py: the sink is "Unsynced" exactly while a source holds unread data)."""
+    from .observations import provenance_tags, sink_data_version
+    return {"tags": provenance_tags(spec, rt, dict(plan.entry.end), instance),
+            "version": sink_data_version(rt, entry.sink_version)}
+
+
+def own_evaluations(context: Any, events: list[Any]) -> list[Any]:
+    """The events the commit op logs itself: all of them, less the evaluations of checks this run
+    executes as their own steps (a Materialize from the UI selects the sink's checks; they run
+    right after commit, on this batch), so each check is evaluated once per batch."""
+    selected = set(getattr(context.dagster_run, "asset_check_selection", None) or ())
+    return [e for e in events if not (isinstance(e, dg.AssetCheckEvaluation) and
+                                      dg.AssetCheckKey(e.asset_key, e.check_name) in selected)]
 
 
 def _plan(spec: Any, context: Any, wanted: int | None, drain_id: str | None) -> tuple[Any, Any, Any]:
@@ -355,7 +391,7 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
         severity=dg.AssetCheckSeverity.ERROR, description=f"batch {plan.batch_id} committed",
-        metadata={"batch_id": plan.batch_id, "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
+        metadata={"batch_id": str(plan.batch_id), "dagster_run": dg.MetadataValue.dagster_run(context.run_id)}))
     drain_id = batch.get("drain_id")
     if not drain_id:
         return md, events, None

@@ -4,8 +4,11 @@ Each tick (at most every `sensor_interval_s`, >= 5 s, the processing-time interv
     a run of the query in flight (queued .. started)           -> skip
     the last batch run failed and Dagster will retry it        -> skip (the retry redoes the batch)
     the last batch run failed for good (its steps' retries,
-      or the run retries of a crash, are used up)              -> halted: skip, naming the batch and
-                                                                  the error; the webhook is called once
+      or the run retries of a crash, are used up)              -> halted: skip, naming the batch, file,
+                                                                  line and error; cursor "halted at
+                                                                  batch N (F, line L), run <id8>" (the
+                                                                  tick history's Cursor column); the
+                                                                  webhook is called once
     an AvailableNow drain is active                            -> request batch N with the drain
     processing_time trigger and new data / time-based work     -> request batch N
     otherwise                                                  -> skip (nothing to do)
@@ -28,6 +31,7 @@ import dagster as dg
 
 from increments.redaction import redact
 
+from .assets import trigger_text
 from .ops import BATCH_TAG, DRAIN_TAG, ERROR_TAG, OUTCOME_TAG, QUERY_TAG
 
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -98,6 +102,15 @@ def halt_text(h: dict[str, Any]) -> str:
             f"retries; no batch runs until it is fixed. To resume, {h['resume']}.")
 
 
+def halt_cursor(h: dict[str, Any]) -> str:
+    """The sensor's cursor while the query is halted, shown in each tick's row of its history:
+    'halted at batch N (file F, line L), run <id>' (the webhook is called when it changes)."""
+    from .ops import error_location
+    loc = error_location(h["error"] or "")
+    at = f" ({loc['file'].rsplit('/', 1)[-1]}, line {loc['line']})" if loc else ""
+    return f"halted at batch {h.get('batch_id')}{at}, run {h['run_id'][:8]}"
+
+
 def notify(url: str, payload: dict[str, Any], timeout: float = 5.0) -> None:
     """POST the halt as JSON to the user's webhook."""
     import urllib.request
@@ -121,7 +134,7 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
 
     @dg.sensor(name=f"{spec.key}_trigger", job=job, minimum_interval_seconds=spec.sensor_interval_s,
                default_status=status,
-               description=f"Trigger of streaming query {spec.name} ({spec.trigger.description}): requests the "
+               description=f"Trigger of streaming query {spec.name} ({trigger_text(spec.trigger)}): requests the "
                            "next batch run when none is in flight and there is work (or a drain is active); "
                            "stops requesting (halted) when a batch failed after its retries.")
     def trigger(context):
@@ -133,13 +146,17 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
             return dg.SkipReason(f"the last run of query {spec.name} failed and will be retried")
         halt = halt_state(context.instance, spec)
         if halt is not None:
-            if spec.halt_webhook and context.cursor != halt["run_id"]:
+            state = halt_cursor(halt)
+            if context.cursor != state:
                 try:
-                    notify(spec.halt_webhook, {"event": "halted", **halt})
-                    context.update_cursor(halt["run_id"])
+                    if spec.halt_webhook:
+                        notify(spec.halt_webhook, {"event": "halted", **halt})
+                    context.update_cursor(state)
                 except Exception as e:  # noqa: BLE001 - tried again next tick
                     context.log.warning(redact(f"halt webhook {spec.halt_webhook} failed: {e!r}"))
             return dg.SkipReason(halt_text(halt))
+        if (context.cursor or "").startswith("halted"):
+            context.update_cursor("resumed")
         try:
             rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         except Exception as e:  # noqa: BLE001 - e.g. the upstream Delta table does not exist yet
@@ -156,7 +173,7 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
                                          "(its backfill); it stops here")
                 return batch_request(spec, context.instance, nxt, drain.drain_id, tags)
             if spec.trigger.kind != "processing_time":
-                return dg.SkipReason(f"query {spec.name} ({spec.trigger.description}): no active drain; start one "
+                return dg.SkipReason(f"query {spec.name} ({trigger_text(spec.trigger)}): no active drain; start one "
                                      f"with job {spec.key}_available_now or its schedule")
             if redo or runner.pending_work(rt):
                 return batch_request(spec, context.instance, nxt, None)

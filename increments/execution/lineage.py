@@ -11,6 +11,9 @@ in commits[N].extra["sources"][i], in the progress report's sources[i] and in `i
                    when those commits were written by an increments query (the Delta sink's app
                    transaction: app id = query id, version = batch id; its commitInfo names the
                    query), "upstream"
+    iceberg       {"kind": "iceberg", "snapshots": [ids of the snapshots whose files the batch
+                   read]} and, for snapshots an increments Iceberg sink committed (their summary's
+                   increments.query-id / batch-id / query-name), "upstream"
     other         {"kind": <class name>} with the offsets range
 
 "upstream" is [{"query": name (or the query id when the writer did not record its name),
@@ -39,6 +42,8 @@ def source_lineage(src: Any, start: Any, end: Any) -> dict[str, Any]:
             return _kafka(start, end)
         if "delta" in kind and hasattr(src, "_files"):
             return _delta(src, start, end)
+        if "iceberg" in kind and hasattr(src, "_history"):
+            return _iceberg(src, start, end)
     except Exception as e:  # noqa: BLE001 - lineage is advisory, never a reason to fail a batch
         return {"kind": _kind(kind), "error": f"{type(e).__name__}: {e}"[:300]}
     return {"kind": _kind(kind)}
@@ -138,6 +143,33 @@ def _delta(src: Any, start: dict, end: dict) -> dict[str, Any]:
     return out
 
 
+def _iceberg(src: Any, start: dict, end: dict) -> dict[str, Any]:
+    """The snapshots of (start, end] whose added files the batch read, and the increments batches
+    that committed them (sinks/iceberg.py writes the query and batch into each snapshot's summary)."""
+    from ..sinks.iceberg_table import SUMMARY_BATCH, SUMMARY_QUERY, snapshot_summary  # only Iceberg reads need it
+    t = src.table()
+    chain = src._history(t)
+    first = src._position(t, chain, start)
+    last = chain.index(int(end["snapshot_id"]))
+    snapshots, found = [], {}
+    for sid in chain[first:last + 1]:
+        lo = int(start.get("index", 0)) if start.get("snapshot_id") is not None and int(start["snapshot_id"]) == sid else 0
+        hi = int(end["index"]) if sid == int(end["snapshot_id"]) else len(src._added(t, sid))
+        if hi <= lo:
+            continue
+        snapshots.append(sid)
+        summ = snapshot_summary(t.metadata.snapshot_by_id(sid))
+        qid, batch = summ.get(SUMMARY_QUERY), summ.get(SUMMARY_BATCH)
+        if qid and batch is not None:
+            rec = found.setdefault(qid, {"query": summ.get("increments.query-name") or qid, "query_id": qid,
+                                         "batch_ids": set()})
+            rec["batch_ids"].add(int(batch))
+    out: dict[str, Any] = {"kind": "iceberg", "snapshots": snapshots}
+    if found:
+        out["upstream"] = [{**r, "batch_ids": sorted(r["batch_ids"])} for r in found.values()]
+    return out
+
+
 def _change_feed_versions(start: dict, end: dict) -> list[int]:
     """Versions a change-feed read of (start, end] covers (sources/delta_changes.py offsets:
     {"version": V} = every change of versions <= V read; a snapshot offset reads version S itself)."""
@@ -173,7 +205,8 @@ def upstream_of(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def describe(lin: dict[str, Any] | None, limit: int = 3) -> str:
-    """One short line for a table cell: 'files a.json, b.json (+3)', 'kafka t/0 [5, 9)', 'delta v3-5'."""
+    """One short line for a table cell: 'files a.json, b.json (+3)', 'kafka t/0 [5, 9)', 'delta v3-5',
+    'iceberg snapshot 4125...'."""
     if not lin:
         return "-"
     if lin.get("error"):
@@ -190,6 +223,10 @@ def describe(lin: dict[str, Any] | None, limit: int = 3) -> str:
         return "kafka " + (text + (f" (+{len(r) - limit})" if len(r) > limit else "") if r else "no records")
     if k == "delta":
         return "delta " + versions_text(lin.get("versions") or [])
+    if k == "iceberg":
+        sids = lin.get("snapshots") or []
+        return ("iceberg snapshot" + ("s " if len(sids) > 1 else " ") + ", ".join(str(x) for x in sids[:limit])
+                + (f" (+{len(sids) - limit})" if len(sids) > limit else "")) if sids else "iceberg: no snapshots"
     return str(k)
 
 

@@ -1,7 +1,8 @@
 """The code location of the warm-worker tests (test_celery_runs.py): files on the moto S3 server
 ($INCREMENTS_TEST_BUCKET) -> parquet on S3, checkpoint on S3, batch log in PostgreSQL
 ($INCREMENTS_LOG_URL). Its sink, once, pauses after writing batch output when the marker
-$INCREMENTS_TEST_DIR/pause exists (the test SIGKILLs the worker then), recording the pid."""
+$INCREMENTS_TEST_DIR/pause exists (the test SIGKILLs or SIGSTOPs the worker then), recording the
+pid; the pause ends when the test creates $INCREMENTS_TEST_DIR/release (or after 300 s)."""
 import os
 
 import increments as inc
@@ -19,11 +20,12 @@ class PausingSink(ParquetSink):
         marker = os.path.join(ROOT, "pause")
         if os.path.exists(marker):
             os.remove(marker)
-            # (the -seconds file, if any, is read below: how long this attempt pauses)
             with open(os.path.join(ROOT, "worker.pid"), "w") as f:
                 f.write(str(os.getpid()))
             import time
-            time.sleep(float(open(marker + "-seconds").read()) if os.path.exists(marker + "-seconds") else 300)
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not os.path.exists(os.path.join(ROOT, "release")):
+                time.sleep(0.2)
         return res
 
 
@@ -35,7 +37,13 @@ def warm_copy(bucket: str = BUCKET, out: str = "out", chk: str = "chk", trigger=
     return w.trigger(**(trigger or {"processing_time": "1 minute"}))
 
 
-defs = build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"})])
+def other_copy(bucket: str = BUCKET):
+    """Another query (its own tag increments/query=other_copy, an empty input: its runs are idle):
+    the run queue starts its runs while a warm_copy run is in flight."""
+    frame = inc.read_stream.files(f"{bucket}/in_other", format="json", schema=SCHEMA, wait_for_path=True)
+    return (frame.write_stream.format("parquet").output_mode("append").option("path", f"{bucket}/out_other")
+            .option("log_url", os.environ.get("INCREMENTS_LOG_URL")).checkpoint_location(f"{bucket}/chk_other")
+            .query_name("other_copy").trigger(processing_time="1 minute"))
 
 
 def warm_counts(bucket: str = BUCKET, out: str = "counts", chk: str = "counts_chk", trigger=None):
@@ -55,3 +63,8 @@ def warm_counts(bucket: str = BUCKET, out: str = "counts", chk: str = "counts_ch
 def counts_job():
     return build_definitions([(warm_counts, {"executor": "celery", "sensor_status": "stopped", "max_retries": 1,
                                              "retry_delay_s": 0.5})]).get_job_def("warm_counts_batch")
+
+
+defs = build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"}),
+                          (other_copy, {"path": f"{BUCKET}/out_other", "sensor_status": "stopped"}),
+                          (warm_counts, {"executor": "celery", "sensor_status": "stopped"})])

@@ -4,7 +4,9 @@ Everything lives under $INCREMENTS_TEST_DIR (Iceberg: a pyiceberg SQL catalog on
 its warehouse a directory there).
 - ice_copy:   files -> expectations (warn, drop) -> Iceberg table lake.ice_copy, one file a batch
 - ice_gold:   lake.ice_copy's appended snapshots (read_stream.iceberg) -> parquet (lineage)
-- kafka_out:  files -> Kafka topic clicks_out (definitions only: the test runs no broker)
+- kafka_out:  files -> Kafka topic clicks_out on the transactional broker $INCREMENTS_TEST_KAFKA_TXN
+- kafka_pg:   Kafka topic clicks_in ($INCREMENTS_TEST_KAFKA, two partitions) -> PostgreSQL table
+              $INCREMENTS_TEST_PG_TABLE of $INCREMENTS_TEST_PG_URL
 """
 import os
 
@@ -43,8 +45,19 @@ def ice_gold():
 
 def kafka_out():
     return (_files("kafka_out").select("name AS value").write_stream.format("kafka")
-            .option("kafka.bootstrap.servers", "127.0.0.1:1").option("topic", "clicks_out")
+            .option("kafka.bootstrap.servers", os.environ.get("INCREMENTS_TEST_KAFKA_TXN", "127.0.0.1:1"))
+            .option("topic", "clicks_out")
             .checkpoint_location(os.path.join(ROOT, "chk", "kafka_out")).query_name("kafka_out")
+            .trigger(processing_time="1 minute"))
+
+
+def kafka_pg():
+    frame = (inc.read_stream.kafka(os.environ.get("INCREMENTS_TEST_KAFKA", "127.0.0.1:1"), topic="clicks_in",
+                                   starting_offsets="earliest")
+             .parse_json("id BIGINT, name STRING").select("id", "name"))
+    return (frame.write_stream.format("postgres").option("url", os.environ.get("INCREMENTS_TEST_PG_URL", ""))
+            .option("table", os.environ.get("INCREMENTS_TEST_PG_TABLE", "kafka_pg"))
+            .checkpoint_location(os.path.join(ROOT, "chk", "kafka_pg")).query_name("kafka_pg")
             .trigger(processing_time="1 minute"))
 
 
@@ -52,4 +65,5 @@ defs = build_definitions([
     (ice_copy, {"sensor_status": "stopped"}),
     (ice_gold, {"path": os.path.join(ROOT, "lake", "ice_gold"), "sensor_status": "stopped"}),
     (kafka_out, {"sensor_status": "stopped"}),
+    (kafka_pg, {"sensor_status": "stopped"}),
 ], asset_root=ROOT)

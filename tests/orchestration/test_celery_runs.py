@@ -103,7 +103,8 @@ def warm(tmp_path, s3_bucket, monkeypatch):
     workers = [_start_worker(env, root, "w1")]
     try:
         inst.start(timeout=180)
-        yield {"inst": inst, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket}
+        yield {"inst": inst, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket,
+               "dagster_db": dag_db}
     finally:
         for w in workers:
             _stop(w)
@@ -171,19 +172,106 @@ def test_sigkilled_worker_run_is_retried_and_batch_redone_once(warm):
     _assert_redone_once_and_output_equals_local(warm, _wait_for_retry(warm, run_id))
 
 
+def _wait_for_refusal(warm, run_id: str) -> dict:
+    """The lost attempt of `run_id`, resumed, reaches its commit and is refused by the log's fence:
+    its run gets outcome "refused" (ops.refusal_tags) once that happens."""
+    from orchestration.local_instance import timeout_scale
+    deadline = time.monotonic() + 120 * timeout_scale()
+    while True:
+        r = warm["inst"].run(run_id)
+        if r["tags"].get("increments/outcome") == "refused":
+            return r
+        assert time.monotonic() < deadline, f"the resumed attempt of run {run_id} was never refused: {r['tags']}"
+        time.sleep(0.5)
+
+
 def test_sigstopped_worker_that_lost_its_batch_commits_nothing(warm):
     """Item 3: the fence across workers. w1 is SIGSTOPped mid-batch (its output written), its run is
     failed (no ping answer) and retried on w2, which commits batch 0; w1 then resumes and its
-    attempt cannot commit state or output: the log's fence refuses it, each row is in the sink once."""
-    from orchestration.local_instance import timeout_scale
-    with open(os.path.join(warm["root"], "pause-seconds"), "w") as f:
-        f.write("20")
+    attempt cannot commit state or output: the log's fence refuses it (the lost run's commit step
+    fails "refused": batch 0 is already committed), each row is in the sink once."""
     run_id = _launch_and_wait_for_pause(warm)
     w1 = warm["workers"][0]
     os.killpg(w1.pid, signal.SIGSTOP)                  # the whole worker is paused mid-batch
     assert warm["inst"].wait_run(run_id, 120)["status"] == "FAILURE"
     warm["workers"].append(_start_worker(warm["env"], warm["root"], "w2"))
     retry = _wait_for_retry(warm, run_id)
-    os.killpg(w1.pid, signal.SIGCONT)                  # the lost attempt wakes up and goes on
-    time.sleep(30 * timeout_scale())                   # its pause (20 s from its start) ends, it tries to commit
+    os.killpg(w1.pid, signal.SIGCONT)                  # the lost attempt wakes up ...
+    open(os.path.join(warm["root"], "release"), "w").close()     # ... leaves its pause and goes on to commit
+    lost = _wait_for_refusal(warm, run_id)
+    assert lost["tags"]["increments/batch_id"] == "0"
+    assert lost["tags"]["increments/reason"] == f"batch 0 is already committed; run {run_id} refuses to apply it again"
+    failures = [e for e in warm["inst"].run_events(run_id) if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert [(e["stepKey"], (e["failureMetadata"] or {}).get("description", "")[:9]) for e in failures] == \
+        [("warm_copy.commit", "refused: ")], failures
+    assert retry["tags"].get("increments/outcome") == "committed"
     _assert_redone_once_and_output_equals_local(warm, retry)
+
+
+def test_one_run_per_query_in_flight_on_celery_workers(warm):
+    """Item 1: the run queue keeps one run per query in flight with the Celery launcher too. Batch 0
+    of warm_copy is paused on w1; a second warm_copy run stays queued while w2 is idle and runs
+    another query's run; once batch 0 ends, the queued run starts and commits batch 1."""
+    first = _launch_and_wait_for_pause(warm)
+    inst = warm["inst"]
+    second = inst.launch("warm_copy_batch")
+    warm["workers"].append(_start_worker(warm["env"], warm["root"], "w2"))
+    other = inst.wait_run(inst.launch("other_copy_batch"), 180)    # dequeued after `second`, run on w2
+    assert (other["status"], other["tags"].get("increments/outcome")) == ("SUCCESS", "idle"), \
+        [e["failureMetadata"] for e in inst.run_events(other["runId"]) if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert inst.run(second)["status"] == "QUEUED"       # held by the tag limit, not by a busy worker
+    assert inst.run(first)["status"] == "STARTED"
+    open(os.path.join(warm["root"], "release"), "w").close()
+    a, b = inst.wait_run(first, 180), inst.wait_run(second, 180)
+    assert [(r["status"], r["tags"]["increments/batch_id"]) for r in (a, b)] == [("SUCCESS", "0"), ("SUCCESS", "1")]
+    assert b["startTime"] >= a["endTime"]
+    assert _ids(f"{warm['bucket']}/out") == sorted(f * 1000 + r for f in range(2) for r in range(50))
+
+
+def _pg_client_ports(pid: int) -> set[int]:
+    """Local TCP ports of process `pid`'s connections to PostgreSQL (port 5432), from /proc."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[9] in inodes and int(cols[2].rsplit(":", 1)[1], 16) == 5432:
+                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_warm_worker_replaces_dropped_database_connections(warm):
+    """The warm worker keeps its Dagster instance and pooled storage connections between runs
+    (orchestration/celery_tasks.py). Those connections are terminated by the server between two
+    batches (as after a database restart): the next run on the same worker process still runs
+    and commits its batch (the task's first read fails once, the pool reconnects)."""
+    import sqlalchemy as sa
+    from orch_testutil import PG_ADMIN_URL
+    inst = warm["inst"]
+    first = inst.wait_run(inst.launch("warm_copy_batch"), 180)
+    assert (first["status"], first["tags"]["increments/batch_id"]) == ("SUCCESS", "0")
+    w1 = warm["workers"][0].pid
+    with open(f"/proc/{w1}/task/{w1}/children") as f:
+        (pool,) = [int(c) for c in f.read().split()]          # -c 1: one pool process, the runs' process
+    ports = _pg_client_ports(pool)
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as c:
+        killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                   "WHERE datname = :db AND client_port = ANY(:ports)"),
+                           {"db": warm["dagster_db"], "ports": sorted(ports)}).scalar()
+    admin.dispose()
+    assert killed >= 1                                   # the worker held pooled connections to Dagster's storage
+    second = inst.wait_run(inst.launch("warm_copy_batch"), 180)
+    assert (second["status"], second["tags"]["increments/batch_id"]) == ("SUCCESS", "1")
+    assert second["tags"]["increments/celery_worker"] == first["tags"]["increments/celery_worker"]
+    with open(f"/proc/{w1}/task/{w1}/children") as f:
+        assert [int(c) for c in f.read().split()] == [pool]      # the same warm process ran it
+    assert _ids(f"{warm['bucket']}/out") == sorted(f * 1000 + r for f in range(2) for r in range(50))

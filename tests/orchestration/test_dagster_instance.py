@@ -71,6 +71,38 @@ def test_sensor_runs_drain_source_then_stop(dagster_env):
     assert len(delta_ids(os.path.join(root, "lake", "sensor_copy"))) == 4 * ROWS_PER_FILE
 
 
+def stale(d, key: list[str]) -> tuple[str, list[str]]:
+    """The asset graph's sync status of an asset ("FRESH" is in sync, "STALE" is Unsynced) and why."""
+    n = d.gql("""query($k: [AssetKeyInput!]) { assetNodes(assetKeys: $k) { staleStatus staleCauses {
+                 reason key { path } } } }""", {"k": [{"path": key}]})["assetNodes"][0]
+    return n["staleStatus"], ["/".join(c["key"]["path"]) + " " + c["reason"] for c in n["staleCauses"]]
+
+
+def test_sink_is_in_sync_once_it_read_everything(dagster_env):
+    """A source's observation (by the freshness sensor, after the batch) names the newest file, the
+    batch read up to it: the sink is not "Unsynced". Silver, reading bronze's Delta table, is in sync
+    once it read bronze's last version and Unsynced when bronze committed another batch."""
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    bronze, silver = ["delta", "lake", "sensor_copy"], ["files", "lake", "silver_copy"]
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 4, 150, "sensor_copy's batches")
+    write_files(root, "sensor_copy", 1, start=4)
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 5, 90, "batch 4 by the trigger sensor")
+    wait_for(lambda: any(o["metadata"].get("reader") == "sensor_copy" and o["metadata"].get("files_pending") == 0
+                         and float(o["timestamp"]) > committed(d, "sensor_copy")[-1]["endTime"] * 1000
+                         for o in d.materializations(["files", "landing", "sensor_copy"], kind="assetObservations")),
+             150, "the freshness sensor's observation after batch 4")
+    assert stale(d, bronze) == ("FRESH", [])
+    run = d.wait_run(d.launch("silver_copy_batch"), 180)
+    assert run["tags"]["increments/outcome"] == "committed"
+    assert stale(d, silver) == ("FRESH", [])
+    write_files(root, "sensor_copy", 1, start=5)
+    wait_for(lambda: len(committed(d, "sensor_copy")) >= 6, 90, "batch 5 by the trigger sensor")
+    status, causes = stale(d, silver)
+    assert status == "STALE" and any(c.startswith("delta/lake/sensor_copy") for c in causes), causes
+    d.wait_run(d.launch("silver_copy_batch"), 180)
+    assert stale(d, silver) == ("FRESH", [])
+
+
 def test_schedule_tick_drains_available_now(dagster_env):
     d, root = dagster_env["dagster"], dagster_env["root"]
     drains = wait_for(lambda: [r for r in query_runs(d, "drain_copy")
@@ -103,7 +135,7 @@ def test_schedule_tick_drains_available_now(dagster_env):
     assert [o["drain_batches"] for o in done] == [3]            # as increments_drains and `increments history`
 
 
-def test_two_launches_one_commits_the_other_is_refused(dagster_env):
+def test_two_launches_one_commits_the_other_is_refused(dagster_env, tmp_path):
     d, root = dagster_env["dagster"], dagster_env["root"]
     write_files(root, "manual_copy", 2)
     tags = {"increments/batch_id": "0"}                   # as the sensor's request for batch 0
@@ -123,6 +155,7 @@ def test_two_launches_one_commits_the_other_is_refused(dagster_env):
     assert (again["tags"]["increments/outcome"], again["status"]) == ("refused", "FAILURE")
     assert "batch 0 is committed" in again["tags"]["increments/reason"]
     assert "launch manual_copy_batch" in assert_one_failing_step(d, again["runId"])
+    run_page_shows_one_line(d, again["runId"], tmp_path)
     # nothing to do is not a failure: Success, the later steps skipped, a tag saying so
     idle = d.wait_run(d.launch("manual_copy_batch"), 120)
     assert (idle["tags"]["increments/outcome"], idle["status"]) == ("idle", "SUCCESS")
@@ -146,6 +179,13 @@ def assert_one_failing_step(d, run_id: str) -> str:
     text = fails[0]["failureMetadata"]["description"]
     assert "\n" not in text
     return text
+
+
+def run_page_shows_one_line(d, run_id: str, tmp_path) -> None:
+    """The refused run's page in Chromium: the reason as one line, no stack trace."""
+    dom = _chromium(f"{d.url}/runs/{run_id}", tmp_path, "refused_run", rendered="is committed")
+    assert "batch 0 is committed" in dom and "launch manual_copy_batch" in dom
+    assert "Stack Trace" not in dom and "Traceback" not in dom and "Not executing" not in dom
 
 
 def test_materializing_the_sink_asset_runs_the_next_batch(dagster_env):
@@ -173,6 +213,47 @@ def test_materializing_the_sink_asset_runs_the_next_batch(dagster_env):
     assert (idle["status"], idle["tags"]["increments/outcome"]) == ("SUCCESS", "idle")
     assert "ExecutionStepFailureEvent" not in {e["__typename"] for e in d.run_events(idle["runId"])}
     assert d.materializations(key)[0]["runId"] == run["runId"]          # nothing materialized
+
+
+def ui_materialize(d, key: list[str]) -> str:
+    """Materialize as the asset page's button does: Dagster's asset job with the asset and all
+    its checks selected (the checks then run as steps after commit); the run id."""
+    checks = d.gql("""query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
+                      assetChecksOrError { ... on AssetChecks { checks { name } } } } } }""",
+                   {"k": {"path": key}})["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    q = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+             ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+    p = {"selector": {"repositoryLocationName": d.location, "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
+                      "assetSelection": [{"path": key}],
+                      "assetCheckSelection": [{"assetKey": {"path": key}, "name": c["name"]} for c in checks]},
+         "runConfigData": {}, "executionMetadata": {"tags": [{"key": "dagster/from_ui", "value": "true"}]}}
+    res = d.gql(q, {"p": p})["launchRun"]
+    assert res["__typename"] == "LaunchRunSuccess", res
+    return res["run"]["runId"]
+
+
+def test_one_run_per_query_in_flight_also_for_materializations(dagster_env):
+    """Two Materializes from the asset page (Dagster's asset job: no job tags) and a launch of the
+    batch job at once: the query's pool (run granularity, one slot) queues them one after the
+    other, so none is refused by the log's fence; each check is evaluated once per batch."""
+    d, root = dagster_env["dagster"], dagster_env["root"]
+    key = ["files", "lake", "manual_copy"]
+    wait_for(lambda: not [r for r in query_runs(d, "manual_copy") if r["status"] not in ("SUCCESS", "FAILURE",
+                                                                                        "CANCELED")], 120, "idle")
+    write_files(root, "manual_copy", 2, start=20)
+    ids = [ui_materialize(d, key), ui_materialize(d, key), d.launch("manual_copy_batch")]
+    runs = sorted((d.wait_run(i, 300) for i in ids), key=lambda r: r["startTime"])
+    assert [r["status"] for r in runs] == ["SUCCESS"] * 3, runs
+    assert sorted(r["tags"]["increments/outcome"] for r in runs) == ["committed", "committed", "idle"]
+    for a, b in zip(runs, runs[1:]):             # the queue started each after the previous one ended
+        assert b["startTime"] >= a["endTime"], (a, b)
+    mats = [r for r in runs if r["tags"]["increments/outcome"] == "committed"]
+    assert int(mats[1]["tags"]["increments/batch_id"]) == int(mats[0]["tags"]["increments/batch_id"]) + 1
+    for r in mats:
+        if r["runId"] in ids[:2]:                # the checks ran as steps: one evaluation each, after commit
+            evals = [e for e in d.run_events(r["runId"]) if e["__typename"] == "AssetCheckEvaluationEvent"]
+            names = [e["message"] for e in evals]
+            assert len(names) == len(set(names)) and any("batch_errors" in n for n in names), names
 
 
 def test_killed_run_is_retried_to_exactly_once(dagster_env):
@@ -226,6 +307,10 @@ def test_graphql_returns_batch_lineage(dagster_env):
                        "sensor_copy"]}]) { assetKey { path } dependencyKeys { path } } }""")["assetNodes"]
     deps = {"/".join(n["assetKey"]["path"]): ["/".join(k["path"]) for k in n["dependencyKeys"]] for n in nodes}
     assert deps == {"files/lake/silver_copy": ["delta/lake/sensor_copy"], "delta/lake/sensor_copy": ["files/landing/sensor_copy"]}
+    # the landing directory is an observable source asset, observed by the reader's freshness sensor
+    src = d.gql("""{ assetNodes(assetKeys: [{path: ["files", "landing", "sensor_copy"]}]) { isObservable
+                     targetingInstigators { ... on Sensor { name } } } }""")["assetNodes"][0]
+    assert src["isObservable"] and {"name": "sensor_copy_freshness"} in src["targetingInstigators"]
 
 
 def _chromium(url: str, tmp_path, name: str, rendered: str | None = None) -> str:
@@ -289,12 +374,23 @@ def test_bad_file_halts_the_query_until_one_launch_resumes_it(dagster_env, tmp_p
     assert tick["status"] == "SKIPPED"
     assert "HALTED at batch 1" in tick["skipReason"] and f"(file {bad}, line 2)" in tick["skipReason"]
     assert "launch job bad_copy_batch" in tick["skipReason"]
+    # ... and each tick's row in its history says so (the sensor's cursor)
+    sel = {"repositoryLocationName": d.location, "repositoryName": "__repository__", "sensorName": "bad_copy_trigger"}
+    cursor = wait_for(lambda: next((t["cursor"] for t in d.gql(
+        """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor { sensorState {
+           ticks(limit: 5) { cursor } } } } }""", {"s": sel})["sensorOrError"]["sensorState"]["ticks"]
+        if (t["cursor"] or "").startswith("halted")), None), 60, "the halted cursor")
+    assert cursor.startswith(f"halted at batch 1 ({os.path.basename(bad)}, line 2), run {failed[0]['runId'][:8]}")
+    dom = _chromium(f"{d.url}/locations/{d.location}/sensors/bad_copy_trigger", tmp_path, "halted_sensor",
+                    rendered="halted at batch 1")
+    assert "halted at batch 1" in dom
     # the asset page: the failed batch_errors check and an observation with the reason
     halt = next(o for o in d.materializations(["files", "lake", "bad_copy"], kind="assetObservations")
                 if o["metadata"].get("query_state") == "halted")
     assert "batch 1" in halt["description"] and f"{bad}, line 2" in halt["description"]
     check = d.check_executions(["files", "lake", "bad_copy"], "batch_errors")[0]
-    assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == 2
+    assert check["success"] is False and check["metadata"]["file"] == bad and check["metadata"]["line"] == "2"
+    assert (check["metadata"]["batch_id"], check["metadata"]["attempt"]) == ("1", "3")    # text: not plotted
     dom = _chromium(f"{d.url}/assets/files/lake/bad_copy?view=checks&checkDetail=batch_errors", tmp_path,
                     "halted_asset_checks", rendered="batch_errors")
     assert "batch_errors" in dom and "halted" in dom.lower()
