@@ -187,6 +187,17 @@ def bare_name(text: str) -> str | None:
     return toks[0].name if len(toks) == 1 else None
 
 
+def aliased(item: str) -> tuple[str, str] | None:
+    """(name, expression text) of a select item written `<expression> AS <name>`, else None."""
+    parsed = parse_select(item)
+    toks = [t for t in tokens(item) if t.kind != "comment"]
+    if not parsed or len(parsed) != 1 or not parsed[0].get("alias") or len(toks) < 3 or not toks[-2].word("AS"):
+        return None
+    if toks[-1].name != parsed[0]["alias"]:
+        return None
+    return toks[-1].name, item[:toks[-2].start].strip()
+
+
 def trim(text: str) -> str:
     """`text` without surrounding comments and white space, and without the parentheses it opens
     or closes at its ends that it does not also close or open (a piece cut out of `(a AND b)`)."""
