@@ -36,7 +36,7 @@ _LOCATION = ("query_location", "query_location_length")
 # -- trees ------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4096)
 def _serialize(sql: str) -> str:
-    return duckdb_connection().execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0]
+    return duckdb_connection().execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchall()[0][0]
 
 
 def _statement(sql: str) -> dict | None:
@@ -166,6 +166,11 @@ class Token:
             return self.text[1:-1].replace('""', '"')
         return self.text if self.kind in ("identifier", "keyword") and self.text.isidentifier() else None
 
+    def op(self, *spellings: str) -> bool:
+        """An operator or punctuation spelled as one of `spellings` (DuckDB 2.0.0's lexer calls a
+        dot a numeric constant: the spelling decides, outside strings, names and comments)."""
+        return self.text in spellings and self.kind not in ("string_const", "identifier", "comment")
+
     def word(self, *words: str) -> bool:
         """A keyword or name spelled as one of `words` (any case)."""
         return self.kind in ("keyword", "identifier") and self.text.upper() in words
@@ -206,11 +211,11 @@ def trim(text: str) -> str:
         toks.pop(0)
     while toks and toks[-1].kind == "comment":
         toks.pop()
-    depth = sum((t.text == "(") - (t.text == ")") for t in toks if t.kind == "operator")
-    while depth > 0 and toks and toks[0].kind == "operator" and toks[0].text == "(":
+    depth = sum(t.op("(") - t.op(")") for t in toks)
+    while depth > 0 and toks and toks[0].op("("):
         toks.pop(0)
         depth -= 1
-    while depth < 0 and toks and toks[-1].kind == "operator" and toks[-1].text == ")":
+    while depth < 0 and toks and toks[-1].op(")"):
         toks.pop()
         depth += 1
     return text[toks[0].start:toks[-1].end] if toks else ""
@@ -220,12 +225,11 @@ def strip_parens(text: str) -> str:
     """`text` without parentheses around all of it: `((a = b))` -> `a = b`, `(a) = (b)` unchanged."""
     while True:
         toks = tokens(text)
-        if len(toks) < 2 or toks[0].text != "(" or toks[-1].text != ")" or toks[0].kind != "operator":
+        if len(toks) < 2 or not toks[0].op("(") or not toks[-1].op(")"):
             return text
         depth = 0
         for i, t in enumerate(toks):
-            if t.kind == "operator":
-                depth += (t.text == "(") - (t.text == ")")
+            depth += t.op("(") - t.op(")")
             if depth == 0 and i < len(toks) - 1:
                 return text
         text = text[toks[1].start:toks[-2].end] if len(toks) > 2 else ""

@@ -130,7 +130,7 @@ def _comparisons(term: Term) -> list[tuple[str, str, str, dict, dict]]:
     if e.get("class") == "COMPARISON" and e.get("type") in _CMP_TYPES:
         spellings, op = _CMP_TYPES[e["type"]]
         parts = sql_tree.part_texts(term.text, [e["left"], e["right"]],
-                                    lambda t: t.kind == "operator" and t.text in spellings)
+                                    lambda t: t.op(*spellings))
         return [(parts[0], op, parts[1], e["left"], e["right"])] if parts else []
     if e.get("class") == "BETWEEN":
         parts = sql_tree.part_texts(term.text, [e["input"], e["lower"], e["upper"]],
@@ -389,7 +389,7 @@ def select_list(exprs: list[tuple[str, str]]) -> str:
 
 # -- qualified references in the SQL after a join ----------------------------------------------------
 def _dot(tok: sql_tree.Token) -> bool:
-    return tok.kind == "operator" and tok.text == "."
+    return tok.op(".")
 
 
 def qualify_sql(expr: str, quals: dict[str, dict[str, str]], as_select: bool = False) -> str:
@@ -403,7 +403,7 @@ def qualify_sql(expr: str, quals: dict[str, dict[str, str]], as_select: bool = F
     if (as_select and len(toks) == 3 and toks[0].kind in ("identifier", "keyword") and toks[0].text in quals
             and _dot(toks[1])):
         alias = toks[0].text
-        if toks[2].kind == "operator" and toks[2].text == "*":
+        if toks[2].op("*"):
             return ", ".join(f"{quote_ident(o)} AS {quote_ident(c)}" for c, o in quals[alias].items())
         col = toks[2].name
         if col is not None:
