@@ -17,9 +17,10 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
+# requirements.lock: the versions the suite passed with (.ci/lock.py), as constraints
+if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ] || [ requirements.lock -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -c requirements.lock -e '.[dev]'
   touch .venv/.installed
 fi
 

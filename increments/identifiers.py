@@ -1,12 +1,10 @@
 """Names: the one quoting helper per SQL dialect, and the validation of the names a user gives.
 
 Quoting (a name is always data, never SQL: any character is allowed in it):
-* ``duckdb_ident(name)``: DuckDB's quoted identifier (double quotes, a quote doubled).
-* ``pg_ident(name)`` / ``pg_table(name)``: PostgreSQL's quoted identifier, and a table name
-  ``schema.table`` or ``table`` quoted part by part, for SQL sent to the driver as it is (COPY).
-* ``pg_text_ident`` / ``pg_text_table``: the same inside ``sqlalchemy.text(...)``, whose ``:name``
-  bind parameters would otherwise match a colon inside the name (a table named ``:param``): the
-  colons are escaped (``\\:``), which text() turns back into ``:``.
+* ``duckdb_ident(name)``: DuckDB's quoted identifier (double quotes, a quote doubled); the one
+  helper for every SQL text increments gives DuckDB (``increments.sql.quote_ident`` is this one).
+* PostgreSQL: statements are composed with psycopg.sql, names as ``sql.Identifier``
+  (sinks/postgres.py: ``table_ident`` for ``schema.table``, ``ident_list``), never quoted by hand.
 * ``delta_ident(name)``: a column in a delta-rs (DataFusion) predicate (backquotes, one doubled).
 
 Validation: ``check_query_name(name)``: letters, digits, ``_`` and ``-``, starting with a letter or
@@ -24,23 +22,6 @@ QUERY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 def duckdb_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
-
-
-def pg_ident(name: str) -> str:
-    return '"' + str(name).replace('"', '""') + '"'
-
-
-def pg_table(name: str) -> str:
-    """`schema.table` or `table`, each part quoted (a dot always separates the schema)."""
-    return ".".join(pg_ident(p) for p in str(name).split("."))
-
-
-def pg_text_ident(name: str) -> str:
-    return pg_ident(name).replace(":", "\\:")
-
-
-def pg_text_table(name: str) -> str:
-    return pg_table(name).replace(":", "\\:")
 
 
 def delta_ident(name: str) -> str:

@@ -16,6 +16,7 @@ flat field fails the batch); only values inside a nested field are converted her
 """
 from __future__ import annotations
 
+from .identifiers import duckdb_ident
 from .types import _parse_type_text, _render
 
 _INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT"}
@@ -31,7 +32,7 @@ def _conv(j: str, t: tuple, depth: int) -> str:
     kind = t[0]
     jt = f"json_type({j})"
     if kind == "struct":
-        parts = ", ".join(f"{_q(name)} := {_conv(_field(j, name), ft, depth)}" for name, ft in t[1])
+        parts = ", ".join(f"{duckdb_ident(name)} := {_conv(_field(j, name), ft, depth)}" for name, ft in t[1])
         return f"(CASE WHEN {jt} = 'OBJECT' THEN struct_pack({parts}) END)"
     if kind == "list":
         x = f"__x{depth}"
@@ -70,5 +71,3 @@ def _field(j: str, name: str) -> str:
     return f"json_extract({j}, '{path.replace(chr(39), chr(39) * 2)}')"
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

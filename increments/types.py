@@ -26,6 +26,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from .identifiers import duckdb_ident
 from .lazy import lazy_module
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
@@ -246,11 +247,9 @@ def _render(t: tuple) -> str:
         return f"{_render(t[1])}[]"
     if kind == "map":
         return f"MAP({_render(t[1])}, {_render(t[2])})"
-    return "STRUCT(" + ", ".join(f"{_field_name(n)} {_render(ft)}" for n, ft in t[1]) + ")"
+    return "STRUCT(" + ", ".join(f"{duckdb_ident(n)} {_render(ft)}" for n, ft in t[1]) + ")"
 
 
-def _field_name(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _arrow_tree(t: tuple) -> pa.DataType:
@@ -380,7 +379,7 @@ def arrow_to_duckdb(t: pa.DataType) -> str:
 def _nested_name(t: pa.DataType, inner) -> str | None:
     """DuckDB's name of a struct, list or map type whose parts `inner` names; None otherwise."""
     if pa.types.is_struct(t):
-        return "STRUCT(" + ", ".join(f"{_field_name(t.field(i).name)} {inner(t.field(i).type)}"
+        return "STRUCT(" + ", ".join(f"{duckdb_ident(t.field(i).name)} {inner(t.field(i).type)}"
                                      for i in range(t.num_fields)) + ")"
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return f"{inner(t.value_type)}[]"

@@ -35,13 +35,16 @@ def instance_yaml(sqlite: bool = False, celery: bool = False) -> str:
 def ensure_database(url: str) -> None:
     """CREATE DATABASE for the URL's database name if it does not exist (PostgreSQL, trust auth)."""
     import sqlalchemy as sa
+    from psycopg import sql
 
-    from increments.identifiers import pg_text_ident
-    base, name = url.rsplit("/", 1)
-    admin = sa.create_engine(base + "/postgres", isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    # Dagster's storage URL names psycopg2 (dagster-postgres' driver); this connection is increments' own: psycopg 3
+    u = sa.engine.make_url(url)
+    name = u.database
+    admin = sa.create_engine(u.set(drivername="postgresql+psycopg", database="postgres"), isolation_level="AUTOCOMMIT",
+                             poolclass=sa.pool.NullPool)
     with admin.connect() as c:
         if not c.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
-            c.execute(sa.text(f"CREATE DATABASE {pg_text_ident(name)}"))
+            c.connection.driver_connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     admin.dispose()
 
 

@@ -9,15 +9,16 @@ Processes get their own session; `stop()` ends exactly those process groups.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from typing import Any
-
-import requests
 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
@@ -81,7 +82,7 @@ class LocalDagster:
                         raise RuntimeError(f"code location failed to load: {errs}")
                     self.location = self.location or entries[0]["name"]
                     return
-            except requests.RequestException as e:
+            except OSError as e:             # not listening yet (URLError is an OSError)
                 last = e
             time.sleep(0.5)
         raise TimeoutError(f"dagster webserver not ready after {timeout}s: {last}")
@@ -137,10 +138,14 @@ class LocalDagster:
 
     # -- GraphQL ------------------------------------------------------------------------
     def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        r = requests.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
-        if r.status_code >= 400:
-            raise RuntimeError(f"GraphQL HTTP {r.status_code}: {r.text[:2000]}")
-        body = r.json()
+        req = urllib.request.Request(f"{self.url}/graphql", method="POST",
+                                     data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"GraphQL HTTP {e.code}: {e.read().decode(errors='replace')[:2000]}") from None
         if body.get("errors"):
             raise RuntimeError(f"GraphQL errors: {body['errors']}")
         return body["data"]

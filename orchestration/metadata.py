@@ -124,10 +124,8 @@ def table_row_count(rt: Any) -> int | None:
             if len(entries) > MAX_MANIFESTS_COUNTED:      # reading them all per batch would grow with the table
                 return None
             return sum(int(json.loads(sink.loc.read_bytes(n)).get("num_rows") or 0) for n in entries)
-        if "postgres" in name and hasattr(sink, "engine"):
-            import sqlalchemy as sa
-            with sink.engine().connect() as c:
-                return int(c.execute(sa.text(f"SELECT count(*) FROM {sink.qtable}")).scalar() or 0)
+        if "postgres" in name and hasattr(sink, "row_count"):
+            return sink.row_count()
         if "memory" in name and hasattr(sink, "table"):
             return int(sink.table().num_rows)
         if "iceberg" in name and hasattr(sink, "_load"):

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import ConcurrentRunError
+from ..pg_driver import psycopg_url
 from .sql_log import CommitLog, EntryExists, LogConnection, OffsetLog
 
 _ENGINES: dict[str, sa.Engine] = {}
@@ -64,7 +65,7 @@ def engine_for(url: str) -> sa.Engine:
                 cur.execute("PRAGMA synchronous=FULL")
                 cur.close()
         else:
-            eng = sa.create_engine(url, pool_pre_ping=True)
+            eng = sa.create_engine(psycopg_url(url), pool_pre_ping=True)   # postgresql:// is psycopg 3's
         _ENGINES[url] = eng
     return eng
 

@@ -8,6 +8,10 @@ Contract:
   conjunct `A = B` where A binds to the left side only and B to the right only (or vice versa);
   (b) event-time bounds: comparisons (or BETWEEN) between an expression of the left side's
   watermarked column and one of the right side's, of the form `column + constant interval`.
+  What the conjuncts, comparisons and operands are is read from DuckDB's parse tree
+  (increments/sql_tree.py); their text is the user's, cut out of the condition where the tree
+  says (a key's text is recorded in the checkpoint's state schema and evaluated as written, so a
+  new parser must cut it exactly there). A condition DuckDB cannot parse is refused, naming why.
   Which side an expression belongs to is decided by binding it in DuckDB against each side alone;
   the constant of a bound is measured by evaluating the expression at two probe instants.
 - State watermarks (Spark's StreamingJoinHelper): a bound `L.t >= R.t + d` means future right rows
@@ -23,18 +27,16 @@ Contract:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from .. import sql_tree
 from ..errors import AnalysisException
 from ..sql import quote_ident, run_sql
 
 LEFT_DEFAULT, RIGHT_DEFAULT = "__l", "__r"
-_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_CMP = (">=", "<=", "<>", "!=", "==", "=", ">", "<")
 _PROBE_US = 1_000_000_000_000_000  # 2001-09-09, a probe instant (µs)
 _DAY_US = 86_400_000_000
 
@@ -79,107 +81,65 @@ class JoinSpec:
         return " AND ".join(parts + [f"({t})" for t in self.other_terms])
 
 
-# -- text helpers ---------------------------------------------------------------------------
-def _skip_quote(text: str, i: int) -> int:
-    q = text[i]
-    i += 1
-    while i < len(text):
-        if text[i] == q:
-            if i + 1 < len(text) and text[i + 1] == q:
-                i += 2
-                continue
-            return i + 1
-        i += 1
-    return i
+# -- the condition's parts, as DuckDB parses them (increments/sql_tree.py) -------------------------
+#: comparison node type -> (the operator's spellings, its canonical spelling)
+_CMP_TYPES = {"COMPARE_EQUAL": (("=", "=="), "="), "COMPARE_NOTEQUAL": (("<>", "!="), "<>"),
+              "COMPARE_LESSTHAN": (("<",), "<"), "COMPARE_GREATERTHAN": ((">",), ">"),
+              "COMPARE_LESSTHANOREQUALTO": (("<=",), "<="), "COMPARE_GREATERTHANOREQUALTO": ((">=",), ">=")}
 
 
-def _top_level_tokens(text: str):
-    """Yield (position, token) for words and comparison operators at paren depth 0, outside quotes."""
-    depth, i = 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "'\"":
-            i = _skip_quote(text, i)
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif depth == 0:
-            m = _WORD.match(text, i)
-            if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.")):
-                yield i, m.group(0).upper()
-                i = m.end()
-                continue
-            if m:
-                i = m.end()
-                continue
-            for op in _CMP:
-                if text.startswith(op, i):
-                    yield i, op
-                    i += len(op)
-                    break
-            else:
-                i += 1
-            continue
-        i += 1
+@dataclass(frozen=True)
+class Term:
+    """A top-level conjunct of a condition: its text as written (outer parentheses removed) and its tree."""
+    text: str
+    tree: dict
 
 
-def _strip_parens(text: str) -> str:
-    t = text.strip()
-    while t.startswith("(") and t.endswith(")"):
-        depth = 0
-        for i, ch in enumerate(t):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0 and i < len(t) - 1:
-                return t
-        t = t[1:-1].strip()
-    return t
+def _is_and(tok: sql_tree.Token) -> bool:
+    return tok.word("AND")
+
+
+def terms(cond: str) -> list[Term] | None:
+    """The top-level AND terms of `cond` (nested ANDs flattened; a top-level OR keeps the whole
+    condition one term), or None when DuckDB cannot parse it."""
+    parsed = sql_tree.parse_where(cond)
+    if parsed is None:
+        return None
+    return _terms(sql_tree.strip_parens(cond.strip()), parsed[1])
+
+
+def _terms(text: str, tree: dict) -> list[Term]:
+    if sql_tree.is_and(tree):
+        pieces = sql_tree.part_texts(text, tree["children"], _is_and)
+        if pieces is not None:
+            return [t for piece, kid in zip(pieces, tree["children"]) for t in _terms(sql_tree.strip_parens(piece), kid)]
+    return [Term(text, tree)]
 
 
 def split_conjuncts(cond: str) -> list[str]:
-    """Top-level AND terms (BETWEEN's AND excluded); a top-level OR makes the whole one term."""
-    cond = _strip_parens(cond)
-    parts, start, between = [], 0, 0
-    for pos, tok in _top_level_tokens(cond):
-        if tok == "OR":
-            return [cond]
-        if tok == "BETWEEN":
-            between += 1
-        elif tok == "AND":
-            if between:
-                between -= 1
-            else:
-                parts.append(cond[start:pos])
-                start = pos + 3
-    parts.append(cond[start:])
-    out: list[str] = []
-    for p in parts:
-        p = _strip_parens(p)
-        sub = split_conjuncts(p) if p != cond and p.strip() else [p]
-        out.extend(s for s in sub if s.strip())
-    return out
+    """Top-level AND terms as text (BETWEEN's AND is no conjunction); a top-level OR makes the
+    whole condition one term. A condition DuckDB cannot parse is one term."""
+    found = terms(cond)
+    return [t.text for t in found] if found is not None else [cond]
 
 
-def _comparisons(term: str) -> list[tuple[str, str, str]]:
-    """A conjunct as comparisons (a, op, b): BETWEEN gives two; other shapes give none."""
-    toks = list(_top_level_tokens(term))
-    words = [t for _, t in toks]
-    if "BETWEEN" in words:
-        bpos = next(p for p, t in toks if t == "BETWEEN")
-        if any(t == "NOT" and p < bpos for p, t in toks):
+def _comparisons(term: Term) -> list[tuple[str, str, str, dict, dict]]:
+    """A conjunct as comparisons (a, op, b, a's tree, b's tree), a and b as written: BETWEEN gives
+    two (>= the lower bound, <= the upper); =, <>, <, >, <=, >= one; other shapes none."""
+    e = term.tree
+    if e.get("class") == "COMPARISON" and e.get("type") in _CMP_TYPES:
+        spellings, op = _CMP_TYPES[e["type"]]
+        parts = sql_tree.part_texts(term.text, [e["left"], e["right"]],
+                                    lambda t: t.op(*spellings))
+        return [(parts[0], op, parts[1], e["left"], e["right"])] if parts else []
+    if e.get("class") == "BETWEEN":
+        parts = sql_tree.part_texts(term.text, [e["input"], e["lower"], e["upper"]],
+                                    [lambda t: t.word("BETWEEN"), _is_and])
+        if not parts:
             return []
-        apos = next((p for p, t in toks if t == "AND" and p > bpos), None)
-        if apos is None:
-            return []
-        x, lo, hi = term[:bpos], term[bpos + 7:apos], term[apos + 3:]
-        return [(x.strip(), ">=", lo.strip()), (x.strip(), "<=", hi.strip())]
-    ops = [(p, t) for p, t in toks if t in _CMP]
-    if len(ops) != 1:
-        return []
-    p, op = ops[0]
-    return [(term[:p].strip(), op, term[p + len(op):].strip())]
+        x, lo, hi = parts
+        return [(x, ">=", lo, e["input"], e["lower"]), (x, "<=", hi, e["input"], e["upper"])]
+    return []
 
 
 # -- binding and probing in DuckDB ------------------------------------------------------------
@@ -236,24 +196,28 @@ def analyse(on: Any, how: str, left: Side, right: Side, require_equality: bool =
         return _analyse_columns(list(on), how, left, right, la, ra)
     if not isinstance(on, str) or not on.strip():
         raise AnalysisException(f"join: on={on!r}: give a list of column names or a SQL condition")
+    found = terms(on)
+    if found is None:
+        raise AnalysisException(f"join: the condition {on!r} is not SQL DuckDB can parse ({sql_tree.parse_error(on)}); "
+                                "write it as a DuckDB SQL condition, e.g. \"l.ad_id = r.ad_id\"")
     spec = JoinSpec(on, la, ra, [], [], [], [])
-    for term in split_conjuncts(on):
+    for term in found:
         is_key = False
-        for a, op, b in _comparisons(term):
+        for a, op, b, _ta, _tb in _comparisons(term):
             sa, sb = _side_of(a, left, right), _side_of(b, left, right)
             if sa is None or sb is None or sa == sb:
                 continue
             if sa == "right":
                 a, b, sa, sb = b, a, sb, sa
                 op = {">": "<", "<": ">", ">=": "<=", "<=": ">="}.get(op, op)
-            if op in ("=", "=="):
+            if op == "=":
                 spec.left_keys.append(a)
                 spec.right_keys.append(b)
                 is_key = True
                 continue
             _add_bound(spec, a, op, b, left, right)
         if not is_key:
-            spec.other_terms.append(term)
+            spec.other_terms.append(term.text)
     _key_watermarks(spec, left, right)
     if not spec.left_keys and require_equality:
         raise AnalysisException(f"join: the condition {on!r} has no equality between a left and a right column "
@@ -268,15 +232,21 @@ def _add_bound(spec: JoinSpec, a: str, op: str, b: str, left: Side, right: Side)
     if ta is None or tb is None:
         return
     d = tb[1] - ta[1]          # left.t  op  right.t + d
-    inclusive = op in (">=", "<=", "=", "==")
+    inclusive = op in (">=", "<=", "=")
     adj = -1 if inclusive else 0
-    if op in (">", ">=", "=", "=="):     # left lower bound: evict left rows with t <= W + d
+    if op in (">", ">=", "="):     # left lower bound: evict left rows with t <= W + d
         _offset(spec, "left", ta[0], d + adj)
-    if op in ("<", "<=", "=", "=="):     # right.t >= left.t - d: evict right rows with t <= W - d
+    if op in ("<", "<=", "="):     # right.t >= left.t - d: evict right rows with t <= W - d
         _offset(spec, "right", tb[0], -d + adj)
 
 
-_KEY_REF = re.compile(r'(?:(?:"(?:[^"]|"")+"|\w+)\.)?(?:"((?:[^"]|"")+)"|(\w+))')
+def _key_column(key: str) -> str | None:
+    """The column a key expression names when it is one column reference (`l.window`, `"ad_id"`)."""
+    parsed = sql_tree.parse_where(key)
+    if parsed is None or parsed[1].get("class") != "COLUMN_REF":
+        return None
+    names = parsed[1].get("column_names") or []
+    return str(names[-1]) if 1 <= len(names) <= 2 else None
 
 
 def _key_watermarks(spec: JoinSpec, left: Side, right: Side) -> None:
@@ -284,10 +254,7 @@ def _key_watermarks(spec: JoinSpec, left: Side, right: Side) -> None:
     aggregations): Spark's key state watermark. Rows (keys) with event time <= W are evicted (offset
     0; a window's event time is its end), and it takes precedence over a bound's."""
     for a, b in zip(spec.left_keys, spec.right_keys):
-        ma, mb = _KEY_REF.fullmatch(a.strip()), _KEY_REF.fullmatch(b.strip())
-        if not (ma and mb):
-            continue
-        ca, cb = (ma.group(1) or ma.group(2)).replace('""', '"'), (mb.group(1) or mb.group(2)).replace('""', '"')
+        ca, cb = _key_column(a), _key_column(b)
         if ca in left.watermarked and cb in right.watermarked:
             spec.state_offsets["left"] = (ca, 0)
             spec.state_offsets["right"] = (cb, 0)
@@ -366,38 +333,46 @@ def one_sided_terms(on: Any, left: Side, right: Side) -> tuple[list[str], list[s
         return [], []
     lt: list[str] = []
     rt: list[str] = []
-    for term in split_conjuncts(on):
-        side = _side_of(term, left, right)
+    for term in terms(on) or []:
+        side = _side_of(term.text, left, right)
         if side == "left":
-            lt.append(term)
+            lt.append(term.text)
         elif side == "right":
-            rt.append(term)
+            rt.append(term.text)
     return lt, rt
+
+
+def _compared(e: dict) -> list[dict]:
+    """The operands of a comparison conjunct (=, <>, <, >, <=, >=, BETWEEN), else none."""
+    if e.get("class") == "COMPARISON" and e.get("type") in _CMP_TYPES:
+        return [e["left"], e["right"]]
+    if e.get("class") == "BETWEEN":
+        return [e["input"], e["lower"], e["upper"]]
+    return []
 
 
 def not_null_columns(on: Any, side: Side, other: Side) -> list[str]:
     """Columns of `side` that Spark's InferFiltersFromConstraints adds `IS NOT NULL` filters for:
     the columns referenced by the condition's comparisons (equality keys, time bounds, other
-    comparisons), or the key columns of a column-list `on`."""
+    comparisons), or the key columns of a column-list `on`. A reference is read from the parsed
+    condition (`alias.column` or a bare column that only this side has), never from its text."""
     if isinstance(on, (list, tuple)):
         return [c for c in on if c in side.schema.names]
     if not isinstance(on, str):
         return []
     out: list[str] = []
-    for term in split_conjuncts(on):
-        for a, _op, b in _comparisons(term):
-            for e in (a, b):
-                e = re.sub(r"'(?:[^']|'')*'", "''", e)
-                for m in re.finditer(r'(?<![\w."])(?:([A-Za-z_]\w*)\.)?([A-Za-z_]\w*)(?![\w"(])', e):
-                    q, c = m.group(1), m.group(2)
-                    if c not in side.schema.names:
-                        continue
-                    if q is not None and q != side.alias:
-                        continue
-                    if q is None and (c in other.schema.names or (side.alias and other.alias is None)):
-                        continue
-                    if c not in out:
-                        out.append(c)
+    for term in terms(on) or []:
+        for operand in _compared(term.tree):
+            for names in sql_tree.column_refs(operand):
+                q, c = (names[0], names[1]) if len(names) >= 2 else (None, names[0])
+                if c not in side.schema.names:
+                    continue
+                if q is not None and q != side.alias:
+                    continue
+                if q is None and (c in other.schema.names or (side.alias and other.alias is None)):
+                    continue
+                if c not in out:
+                    out.append(c)
     return out
 
 
@@ -413,37 +388,34 @@ def select_list(exprs: list[tuple[str, str]]) -> str:
 
 
 # -- qualified references in the SQL after a join ----------------------------------------------------
+def _dot(tok: sql_tree.Token) -> bool:
+    return tok.op(".")
+
+
 def qualify_sql(expr: str, quals: dict[str, dict[str, str]], as_select: bool = False) -> str:
-    """Rewrite `alias.col` (outside string literals) to the join output's column name. In a select
-    list, a bare `alias.col` becomes `"<output name>" AS "col"` and `alias.*` that side's columns."""
+    """Rewrite `alias.col` references to the join output's column name; a reference is read from
+    DuckDB's tokens (an unquoted alias, a dot, a name), so a string literal, a quoted name or a
+    comment that spells one is left alone. In a select list, a bare `alias.col` becomes
+    `"<output name>" AS "col"` and `alias.*` that side's columns."""
     if not quals:
         return expr
-    names = "|".join(re.escape(a) for a in sorted(quals, key=len, reverse=True))
-    if as_select:
-        m = re.fullmatch(rf"\s*({names})\.(\*|[A-Za-z_]\w*|\"(?:[^\"]|\"\")+\")\s*", expr)
-        if m:
-            alias, col = m.group(1), m.group(2)
-            if col == "*":
-                return ", ".join(f"{quote_ident(o)} AS {quote_ident(c)}" for c, o in quals[alias].items())
-            col = col[1:-1].replace('""', '"') if col.startswith('"') else col
-            if col in quals[alias]:
-                return f"{quote_ident(quals[alias][col])} AS {quote_ident(col)}"
-            return expr
-    pat = re.compile(rf"(?<![\w.\"])({names})\.([A-Za-z_]\w*|\"(?:[^\"]|\"\")+\")")
-
-    def sub(m: re.Match) -> str:
-        alias, col = m.group(1), m.group(2)
-        col = col[1:-1].replace('""', '"') if col.startswith('"') else col
-        return quote_ident(quals[alias][col]) if col in quals[alias] else m.group(0)
-
-    out, i = [], 0
-    while i < len(expr):                      # rewrite outside single-quoted literals only
-        j = expr.find("'", i)
-        if j < 0:
-            out.append(pat.sub(sub, expr[i:]))
-            break
-        out.append(pat.sub(sub, expr[i:j]))
-        k = _skip_quote(expr, j)
-        out.append(expr[j:k])
-        i = k
-    return "".join(out)
+    toks = [t for t in sql_tree.tokens(expr) if t.kind != "comment"]
+    if (as_select and len(toks) == 3 and toks[0].kind in ("identifier", "keyword") and toks[0].text in quals
+            and _dot(toks[1])):
+        alias = toks[0].text
+        if toks[2].op("*"):
+            return ", ".join(f"{quote_ident(o)} AS {quote_ident(c)}" for c, o in quals[alias].items())
+        col = toks[2].name
+        if col is not None:
+            return f"{quote_ident(quals[alias][col])} AS {quote_ident(col)}" if col in quals[alias] else expr
+    out, pos, i = [], 0, 0
+    while i + 2 < len(toks):
+        a, dot, c = toks[i:i + 3]
+        col = c.name
+        if (a.kind in ("identifier", "keyword") and a.text in quals and _dot(dot) and col in quals[a.text]
+                and not (i and _dot(toks[i - 1]))):          # not a field of something before it
+            out += [expr[pos:a.start], quote_ident(quals[a.text][col])]
+            pos, i = c.end, i + 3
+            continue
+        i += 1
+    return "".join(out) + expr[pos:]

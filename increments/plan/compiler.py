@@ -15,12 +15,12 @@ execution/sink_factory.py, checkpoint/.)
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from .. import sql_tree
 from ..errors import AnalysisException
 from ..functions import window_time_source
 from ..operators.base import PhysicalOp
@@ -228,15 +228,11 @@ def _derived_event_time_cols(node: n.Node, cols: dict, names: list[str]) -> dict
     if isinstance(node, n.WithColumn):
         pairs.append((node.name, node.expr))
     elif isinstance(node, n.Select):
-        for e in node.exprs:
-            m = re.fullmatch(r"(.+?)\s+(?i:AS)\s+(\"(?:[^\"]|\"\")+\"|\w+)", e.strip(), flags=re.S)
-            if m:
-                pairs.append((m.group(2).strip('"').replace('""', '"'), m.group(1)))
+        pairs += [named for e in node.exprs if (named := sql_tree.aliased(e)) is not None]
     for name, expr in pairs:
         src = window_time_source(expr)
         if src is None:
-            m = re.fullmatch(r'"?(\w+)"?', expr.strip())
-            src = m.group(1) if m else None
+            src = sql_tree.bare_name(expr)
         if src in cols and name in names:
             out[name] = cols[src]
     return out

@@ -24,15 +24,11 @@ SQL parser) and returns the SQL text of the conjuncts Spark would push.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
-from typing import Any
 
-import duckdb
-
-from ..sql import duckdb_connection
+from ..sql_tree import bare_name, conjuncts, deterministic, parse_select, parse_where, references, walk, where_sql
 from . import nodes as n
+from .udf_pushdown import push_udf_filter
 from .udf_nodes import UdfFilter
 
 _COMPARE = {"COMPARE_EQUAL", "COMPARE_NOTEQUAL", "COMPARE_LESSTHAN", "COMPARE_GREATERTHAN",
@@ -77,88 +73,12 @@ def _pushable(e: dict) -> bool:
     return False
 
 
-def _conjuncts(e: dict) -> list[dict]:
-    if e.get("class") == "CONJUNCTION" and e.get("type") == "CONJUNCTION_AND":
-        return [c for k in e["children"] for c in _conjuncts(k)]
-    return [e]
-
-
 def pushable_conjuncts(condition: str) -> list[str]:
-    con = duckdb_connection()
-    prefix = "SELECT * FROM __t WHERE "
-    try:
-        tree: dict[str, Any] = json.loads(con.execute("SELECT json_serialize_sql(?)", [prefix + condition]).fetchall()[0][0])
-        if tree.get("error"):
-            return []
-        where = tree["statements"][0]["node"]["where_clause"]
-    except (duckdb.Error, KeyError, IndexError, TypeError, ValueError):
-        # DuckDB cannot parse/serialize it, or the tree is not a SELECT ... WHERE: not pushed
+    parsed = parse_where(condition)
+    if parsed is None:          # DuckDB cannot parse it: nothing is pushed
         return []
-    out = []
-    for conj in _conjuncts(where):
-        if not _pushable(conj):
-            continue
-        one = copy.deepcopy(tree)
-        one["statements"][0]["node"]["where_clause"] = conj
-        sql = con.execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(one)]).fetchall()[0][0]
-        idx = sql.upper().find(" WHERE ")
-        if idx >= 0:
-            out.append(sql[idx + len(" WHERE "):].rstrip(";"))
-    return out
-
-
-_NONDETERMINISTIC = {"random", "rand", "randn", "uuid", "gen_random_uuid", "uuidv4", "uuidv7", "setseed", "nextval"}
-
-
-def _parse_where(condition: str) -> tuple[Any, dict] | None:
-    """(the serialized SELECT, its WHERE tree) of `condition` parsed by DuckDB, or None."""
-    con = duckdb_connection()
-    try:
-        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", ["SELECT * FROM __t WHERE " + condition])
-                          .fetchall()[0][0])
-        if tree.get("error"):
-            return None
-        return tree, tree["statements"][0]["node"]["where_clause"]
-    except (duckdb.Error, KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
-def _where_sql(tree: dict, where: dict) -> str | None:
-    one = copy.deepcopy(tree)
-    one["statements"][0]["node"]["where_clause"] = where
-    try:
-        sql = duckdb_connection().execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(one)]).fetchall()[0][0]
-    except duckdb.Error:
-        return None
-    idx = sql.upper().find(" WHERE ")
-    return sql[idx + len(" WHERE "):].rstrip(";") if idx >= 0 else None
-
-
-def _walk(e: Any):
-    if isinstance(e, dict):
-        yield e
-        for v in e.values():
-            yield from _walk(v)
-    elif isinstance(e, list):
-        for v in e:
-            yield from _walk(v)
-
-
-def references(e: dict, column: str) -> bool:
-    """Whether the parsed expression `e` reads `column`: a column reference named so, bare or
-    qualified (`alias.column`); a string literal spelling it does not count."""
-    col = column.lower()
-    for x in _walk(e):
-        if x.get("class") == "COLUMN_REF":
-            names = [str(p).lower() for p in x.get("column_names") or []]
-            if names[:1] == [col] or names[1:2] == [col]:
-                return True
-    return False
-
-
-def deterministic(e: dict) -> bool:
-    return not any(x.get("class") == "FUNCTION" and str(x.get("function_name", "")).lower() in _NONDETERMINISTIC
-                   for x in _walk(e))
+    tree, where = parsed
+    return [sql for conj in conjuncts(where) if _pushable(conj) and (sql := where_sql(tree, conj)) is not None]
 
 
 def split_around_watermark(condition: str, column: str) -> tuple[list[str], list[str]]:
@@ -167,17 +87,17 @@ def split_around_watermark(condition: str, column: str) -> tuple[list[str], list
     EventTimeWatermark: deterministic conjuncts that do not reference the event-time `column` go
     below. A condition kept whole on one side keeps its own text; one DuckDB cannot parse stays
     above, whole (the safe side: every row feeds the max event time, as before the split)."""
-    parsed = _parse_where(condition)
+    parsed = parse_where(condition)
     if parsed is None:
         return [], [condition]
     tree, where = parsed
-    conjs = _conjuncts(where)
+    conjs = conjuncts(where)
     goes_down = [deterministic(c) and not references(c, column) for c in conjs]
     if not any(goes_down):
         return [], [condition]
     if all(goes_down):
         return [condition], []
-    texts = [_where_sql(tree, c) for c in conjs]
+    texts = [where_sql(tree, c) for c in conjs]
     if any(t is None for t in texts):
         return [], [condition]
     return ([t for t, d in zip(texts, goes_down) if d], [t for t, d in zip(texts, goes_down) if not d])
@@ -194,7 +114,7 @@ def _column_roots(e: dict) -> list[str] | None:
     """The columns the parsed expression reads (lower case), or None when one is qualified or a
     struct field (`a.b`): too ambiguous to push through a projection."""
     out = []
-    for x in _walk(e):
+    for x in walk(e):
         if x.get("class") == "COLUMN_REF":
             names = x.get("column_names") or []
             if len(names) != 1:
@@ -207,21 +127,19 @@ def _passthrough(node: n.Node) -> set[str] | None:
     """The columns a deterministic select/with_column passes on unchanged (lower case), or None
     when it is not deterministic (Spark pushes a filter only through a deterministic Project)."""
     if isinstance(node, n.WithColumn):
-        parsed = _parse_where(node.expr)
+        parsed = parse_where(node.expr)
         if parsed is None or not deterministic(parsed[1]):
             return None
         return _AllBut({node.name.lower()})
     assert isinstance(node, n.Select)
     out: set[str] = set()
     for e in node.exprs:
-        bare = e.strip()
-        if len(bare) > 1 and bare[0] == bare[-1] == '"':
-            bare = bare[1:-1].replace('""', '"')
-        if bare.isidentifier():
-            out.add(bare.lower())
+        name = bare_name(e)
+        if name is not None:                # a column passed on under its own name
+            out.add(name.lower())
             continue
-        parsed = _parse_select(e)
-        if parsed is None or not deterministic(parsed):
+        items = parse_select(e)
+        if items is None or not deterministic(items):
             return None
     return out
 
@@ -233,17 +151,6 @@ class _AllBut(set):
         return not set.__contains__(self, name)
 
 
-def _parse_select(expr: str) -> dict | None:
-    try:
-        tree = json.loads(duckdb_connection().execute("SELECT json_serialize_sql(?)", [f"SELECT {expr} FROM __t"])
-                          .fetchall()[0][0])
-        if tree.get("error"):
-            return None
-        return {"list": tree["statements"][0]["node"]["select_list"]}
-    except (duckdb.Error, KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
 def split_through_projection(condition: str, node: n.Node) -> tuple[list[str], list[str]]:
     """(conjuncts that go below the select/with_column `node`, those that stay above) of
     `condition`: as Spark pushes a filter through a deterministic Project, a deterministic
@@ -251,11 +158,11 @@ def split_through_projection(condition: str, node: n.Node) -> tuple[list[str], l
     watermark below: push_filters_below_watermarks). A conjunct reading a computed column stays
     above (Spark would substitute its expression; not done here)."""
     passthrough = _passthrough(node)
-    parsed = _parse_where(condition) if passthrough is not None else None
+    parsed = parse_where(condition) if passthrough is not None else None
     if parsed is None:
         return [], [condition]
     tree, where = parsed
-    conjs = _conjuncts(where)
+    conjs = conjuncts(where)
 
     def goes(c: dict) -> bool:
         roots = _column_roots(c)
@@ -265,7 +172,7 @@ def split_through_projection(condition: str, node: n.Node) -> tuple[list[str], l
         return [], [condition]
     if all(goes_down):
         return [condition], []
-    texts = [_where_sql(tree, c) for c in conjs]
+    texts = [where_sql(tree, c) for c in conjs]
     if any(t is None for t in texts):
         return [], [condition]
     return ([t for t, d in zip(texts, goes_down) if d], [t for t, d in zip(texts, goes_down) if not d])
@@ -322,5 +229,3 @@ def push_filters_below_watermarks(node: n.Node) -> n.Node:
                                    right=push_filters_below_watermarks(node.right))
     return node
 
-
-from .udf_pushdown import push_udf_filter  # noqa: E402 - it uses this module's parse helpers

@@ -26,14 +26,12 @@ from __future__ import annotations
 import re
 
 from ..errors import AnalysisException
+from ..identifiers import duckdb_ident as quote_ident
 from ..lazy import lazy_module
 
 pa = lazy_module("pyarrow")  # loaded at first use (increments/lazy.py): frames are declared without it
 
 
-def quote_ident(name: str) -> str:
-    from ..sql import quote_ident as quote        # DuckDB loads when an expression is bound, not declared
-    return quote(name)
 
 
 def run_sql(*args, **kwargs):

@@ -14,15 +14,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from ..sql_tree import conjuncts, deterministic, parse_where, references, walk, where_sql
 from . import nodes as n
-from .pushdown import _conjuncts, _parse_where, _walk, _where_sql, deterministic, references
 from .udf_nodes import UdfFilter
 
 
 def _tokens(e: dict) -> set[str]:
     from ..udf import _TOKEN
     out = set()
-    for x in _walk(e):
+    for x in walk(e):
         if x.get("class") == "COLUMN_REF":
             for part in x.get("column_names") or []:
                 m = _TOKEN.fullmatch(str(part))
@@ -40,7 +40,7 @@ def _udf_free_of(token: str, column: str, seen: set[str]) -> bool:
         return False
     seen.add(token)
     for arg in call.arg_sql:
-        parsed = _parse_where(arg)
+        parsed = parse_where(arg)
         if parsed is None:
             return False
         e = parsed[1]
@@ -51,18 +51,18 @@ def _udf_free_of(token: str, column: str, seen: set[str]) -> bool:
 
 def split(condition: str, column: str) -> tuple[str | None, str | None]:
     """(the conjuncts that go below the watermark, the ones that stay), each as one SQL text or None."""
-    parsed = _parse_where(condition)
+    parsed = parse_where(condition)
     if parsed is None:
         return None, condition
     tree, where = parsed
-    conjs = _conjuncts(where)
+    conjs = conjuncts(where)
     down = [deterministic(c) and not references(c, column) and all(_udf_free_of(t, column, set()) for t in _tokens(c))
             for c in conjs]
     if all(down):
         return condition, None
     if not any(down):
         return None, condition
-    texts = [_where_sql(tree, c) for c in conjs]
+    texts = [where_sql(tree, c) for c in conjs]
     if any(t is None for t in texts):
         return None, condition
 

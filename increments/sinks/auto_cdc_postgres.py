@@ -22,12 +22,12 @@ import hashlib
 from typing import Any
 
 import pyarrow as pa
-import sqlalchemy as sa
+from psycopg import sql
 
 from ..operators.apply_changes import ACTION, START
 from .auto_cdc import action_counts
 from .base import SinkResult
-from .postgres import PostgresSink, _q, flatten
+from .postgres import PostgresSink, execute, flatten, ident_list
 
 
 class AutoCdcPostgresSink(PostgresSink):
@@ -59,16 +59,18 @@ class AutoCdcPostgresSink(PostgresSink):
                 return SinkResult(0, version=batch_id, skipped_replay=True)
             self._create(conn, rows.schema, [])
             index = "inc_cdc_" + hashlib.md5(f"{self.table}:{ident}".encode()).hexdigest()[:16]
-            conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {_q(index)} ON {self.qtable} "
-                                 f"({', '.join(_q(c) for c in ident)})"))
+            execute(conn, sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                sql.Identifier(index), self.target, ident_list(ident)))
             if flat.num_rows:
-                conn.execute(sa.text(f"CREATE TEMP TABLE __inc_cdc (LIKE {self.qtable}) ON COMMIT DROP"))
-                conn.execute(sa.text(f"ALTER TABLE __inc_cdc ADD COLUMN {_q(ACTION)} TEXT"))
-                self._copy(conn, "__inc_cdc", flat)
-                match = " AND ".join(f"t.{_q(c)} IS NOT DISTINCT FROM s.{_q(c)}" for c in ident)
-                conn.execute(sa.text(f"DELETE FROM {self.qtable} AS t USING __inc_cdc AS s WHERE {match}"))
-                cols = ", ".join(_q(c) for c in rows.column_names)
-                conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_cdc "
-                                     f"WHERE {_q(ACTION)} = 'upsert'"))
+                stage, action = sql.Identifier("__inc_cdc"), sql.Identifier(ACTION)
+                execute(conn, sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(stage, self.target))
+                execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} TEXT").format(stage, action))
+                self._copy(conn, stage, flat)
+                match = sql.SQL(" AND ").join(sql.SQL("t.{c} IS NOT DISTINCT FROM s.{c}").format(c=sql.Identifier(c))
+                                              for c in ident)
+                execute(conn, sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(self.target, stage, match))
+                cols = ident_list(rows.column_names)
+                execute(conn, sql.SQL("INSERT INTO {t} ({c}) SELECT {c} FROM {s} WHERE {a} = 'upsert'").format(
+                    t=self.target, c=cols, s=stage, a=action))
             self._mark_batch(conn, batch_id)
         return SinkResult(table.num_rows, version=batch_id, extra=counts)

@@ -23,6 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..pg_driver import psycopg_url
+
 TESTED_MINOR = "0.12"
 MARKER_PREFIX = "increments.last-batch-id."
 SUMMARY_QUERY, SUMMARY_BATCH = "increments.query-id", "increments.batch-id"
@@ -48,8 +50,10 @@ def catalog_properties(catalog: dict[str, Any] | None, default_uri: str | None =
     if "uri" not in props and kind in ("", "sql") and default_uri:
         props["uri"] = default_uri
         props["type"] = "sql"
-    if "uri" in props and not kind and str(props["uri"]).split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql"):
+    if "uri" in props and not kind and str(props["uri"]).split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "postgres"):
         props["type"] = "sql"
+    if "uri" in props and str(props.get("type")).lower() == "sql":
+        props["uri"] = psycopg_url(str(props["uri"]))     # postgresql:// is psycopg 3's (increments/pg_driver.py)
     import os
     given = {str(k).lower(): v for k, v in (storage_options or {}).items()}
     for k, target in _S3_FROM_STORAGE.items():       # the sink's/query's storage_options, then the environment

@@ -1,7 +1,10 @@
-"""format("postgres"): exactly-once writes to a PostgreSQL table through SQLAlchemy (psycopg 3).
+"""format("postgres"): exactly-once writes to a PostgreSQL table through psycopg 3.
 
-Options: `url` (SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db), `table` (optionally
-schema-qualified "schema.table").
+Options: `url` (SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; postgresql:// means
+psycopg too, increments/pg_driver.py), `table` (optionally schema-qualified "schema.table").
+The connection and its transaction come from a SQLAlchemy engine; every statement is composed
+with psycopg.sql (names as sql.Identifier, values as parameters), never by formatting text, and
+runs on that transaction's psycopg connection (`execute`).
 
 Each batch is ONE transaction that (1) locks and reads this query's row in the marker table
 `increments_sink_batches(query_id, target, last_batch_id)`, (2) writes the rows, (3) sets the
@@ -32,13 +35,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
+from psycopg import sql
 
 from ..errors import SinkSchemaError
-from ..identifiers import pg_ident, pg_table, pg_text_ident, pg_text_table
 from ..options import sink_options
+from ..pg_driver import DRIVER, driver, psycopg_url
 from .base import Sink, SinkResult
 
 MARKER = "increments_sink_batches"
+_MARKER = sql.Identifier(MARKER)
+
+
+def table_ident(name: str) -> sql.Identifier:
+    """`schema.table` or `table`, each part a quoted name (a dot always separates the schema)."""
+    return sql.Identifier(*str(name).split("."))
+
+
+def ident_list(cols) -> sql.Composed:
+    """A comma-separated list of quoted column names."""
+    return sql.SQL(", ").join(sql.Identifier(c) for c in cols)
+
+
+def execute(conn: sa.Connection, query: sql.Composable, params: Any = None):
+    """Run `query` in `conn`'s transaction, on its psycopg connection; the psycopg cursor."""
+    return conn.connection.driver_connection.execute(query, params)
 
 
 def pg_type(t: pa.DataType) -> str:
@@ -107,10 +127,6 @@ def _csv_ready(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-#: an identifier inside sa.text(): quoted, its colons escaped (a ':x' in a name is no bind parameter)
-_q = pg_text_ident
-
-
 class PostgresSink(Sink):
     def __init__(self, options: dict[str, Any]):
         o = sink_options("postgres", options, "format('postgres')")
@@ -118,8 +134,11 @@ class PostgresSink(Sink):
         if not self.url or not self.table:
             raise ValueError("format('postgres') needs .option('url', 'postgresql+psycopg://...') and "
                              ".option('table', 'name')")
-        self.qtable = pg_text_table(self.table)          # in sa.text() statements
-        self.driver_table = pg_table(self.table)         # in SQL the driver gets as it is (COPY, regclass)
+        if driver(self.url) != DRIVER:
+            raise ValueError(f"format('postgres'): the url option names the driver {driver(self.url) or 'of another database'!r}; "
+                             "the sink writes through psycopg 3: give a postgresql+psycopg:// (or postgresql://) URL")
+        self.url = psycopg_url(self.url)
+        self.target = table_ident(self.table)
         self._engine = None
 
     @property
@@ -141,18 +160,23 @@ class PostgresSink(Sink):
         with self.engine().connect() as conn:
             if not sa.inspect(conn).has_table(MARKER):
                 return False
-            last = conn.execute(sa.text(f"SELECT last_batch_id FROM {MARKER} WHERE query_id = :q AND target = :t"),
-                                {"q": query_id, "t": self.table}).scalar()
-        return last is not None and last >= 0
+            row = execute(conn, sql.SQL("SELECT last_batch_id FROM {} WHERE query_id = %s AND target = %s")
+                          .format(_MARKER), (query_id, self.table)).fetchone()
+        return row is not None and row[0] >= 0
+
+    def row_count(self) -> int:
+        """The target table's rows (count(*))."""
+        with self.engine().connect() as conn:
+            return int(execute(conn, sql.SQL("SELECT count(*) FROM {}").format(self.target)).fetchone()[0] or 0)
 
     def foreign_output(self, query_id: str) -> str | None:
         """Marker rows of other query ids for this table (their batches are in it)."""
         with self.engine().connect() as conn:
             if not sa.inspect(conn).has_table(MARKER):
                 return None
-            others = conn.execute(sa.text(f"SELECT query_id, last_batch_id FROM {MARKER} WHERE target = :t "
-                                          "AND query_id <> :q AND last_batch_id >= 0 ORDER BY query_id"),
-                                  {"q": query_id, "t": self.table}).all()
+            others = execute(conn, sql.SQL("SELECT query_id, last_batch_id FROM {} WHERE target = %s "
+                                           "AND query_id <> %s AND last_batch_id >= 0 ORDER BY query_id")
+                             .format(_MARKER), (self.table, query_id)).fetchall()
         if not others:
             return None
         what = ("each batch replaces the whole table (DELETE, then COPY), their rows included"
@@ -175,29 +199,29 @@ class PostgresSink(Sink):
                 return SinkResult(0, version=batch_id, skipped_replay=True)
             self._create(conn, table.schema, keys if mode == "update" else [])
             if mode == "complete":
-                conn.execute(sa.text(f"DELETE FROM {self.qtable}"))
+                execute(conn, sql.SQL("DELETE FROM {}").format(self.target))
             if mode == "update" and table.num_rows:
                 self._upsert(conn, table, keys, batch_id)
             elif table.num_rows:
-                self._copy(conn, self.driver_table, table)
+                self._copy(conn, self.target, table)
             self._mark_batch(conn, batch_id)
         return SinkResult(table.num_rows, version=batch_id)
 
     def _holds_batch(self, conn, batch_id: int) -> bool:
         """In the batch's transaction: lock this query's marker row (serialising two runners of the
         query) and say whether the table already holds batch_id (a redo: write nothing)."""
-        conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {MARKER} (query_id TEXT NOT NULL, target TEXT NOT NULL, "
-                             "last_batch_id BIGINT NOT NULL, PRIMARY KEY (query_id, target))"))
-        conn.execute(sa.text(f"INSERT INTO {MARKER} VALUES (:q, :t, -1) ON CONFLICT DO NOTHING"),
-                     {"q": self.ctx.query_id, "t": self.table})
-        last = conn.execute(sa.text(f"SELECT last_batch_id FROM {MARKER} WHERE query_id = :q AND target = :t "
-                                    "FOR UPDATE"), {"q": self.ctx.query_id, "t": self.table}).scalar_one()
+        execute(conn, sql.SQL("CREATE TABLE IF NOT EXISTS {} (query_id TEXT NOT NULL, target TEXT NOT NULL, "
+                              "last_batch_id BIGINT NOT NULL, PRIMARY KEY (query_id, target))").format(_MARKER))
+        execute(conn, sql.SQL("INSERT INTO {} VALUES (%s, %s, -1) ON CONFLICT DO NOTHING").format(_MARKER),
+                (self.ctx.query_id, self.table))
+        (last,) = execute(conn, sql.SQL("SELECT last_batch_id FROM {} WHERE query_id = %s AND target = %s FOR UPDATE")
+                          .format(_MARKER), (self.ctx.query_id, self.table)).fetchone()
         return last >= batch_id
 
     def _mark_batch(self, conn, batch_id: int) -> None:
         """In the batch's transaction, last: the table holds batch_id."""
-        conn.execute(sa.text(f"UPDATE {MARKER} SET last_batch_id = :b WHERE query_id = :q AND target = :t"),
-                     {"b": batch_id, "q": self.ctx.query_id, "t": self.table})
+        execute(conn, sql.SQL("UPDATE {} SET last_batch_id = %s WHERE query_id = %s AND target = %s").format(_MARKER),
+                (batch_id, self.ctx.query_id, self.table))
 
     def _refuse_nul(self, batch_id: int, table: pa.Table) -> None:
         """PostgreSQL text cannot hold a NUL character: SinkSchemaError naming the column, the row
@@ -221,13 +245,14 @@ class PostgresSink(Sink):
                 f"with_column({name!r}, \"replace({name}, chr(0), '')\")).")
 
     def _create(self, conn, schema: pa.Schema, keys: list[str]) -> None:
-        cols = ", ".join(f"{_q(f.name)} {pg_type(f.type)}" for f in schema)
-        pk = ""
+        cols = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(pg_type(f.type)))
+                                  for f in schema)
+        pk = sql.SQL("")
         if keys:
-            flat = ", ".join(_q(k) for k in self._flat_keys(schema, keys))
+            flat = ident_list(self._flat_keys(schema, keys))
             nulls_ok = (conn.dialect.server_version_info or (0,)) >= (15,)
-            pk = f", UNIQUE NULLS NOT DISTINCT ({flat})" if nulls_ok else f", PRIMARY KEY ({flat})"
-        conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {self.qtable} ({cols}{pk})"))
+            pk = (sql.SQL(", UNIQUE NULLS NOT DISTINCT ({})") if nulls_ok else sql.SQL(", PRIMARY KEY ({})")).format(flat)
+        execute(conn, sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}{})").format(self.target, cols, pk))
 
     @staticmethod
     def _flat_keys(schema: pa.Schema, keys: list[str]) -> list[str]:
@@ -236,15 +261,14 @@ class PostgresSink(Sink):
             out += [n for n in schema.names if n == k or n.startswith(k + "_")] if k not in schema.names else [k]
         return out
 
-    def _copy(self, conn, qtable: str, table: pa.Table) -> None:
+    def _copy(self, conn, target: sql.Composable, table: pa.Table) -> None:
         buf = io.BytesIO()
         # one chunk per column: pyarrow 26's CSV writer emits NUL bytes for a column whose first
         # chunk is empty (a concatenation that starts with an empty table), which COPY refuses
         pacsv.write_csv(_csv_ready(table.combine_chunks()), buf, pacsv.WriteOptions(include_header=False))
-        cols = ", ".join(pg_ident(c) for c in table.column_names)
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:
-            with cur.copy(f"COPY {qtable} ({cols}) FROM STDIN WITH (FORMAT csv)") as cp:
+            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(target, ident_list(table.column_names))) as cp:
                 cp.write(buf.getvalue())
 
     def _upsert(self, conn, table: pa.Table, keys: list[str], batch_id: int = -1) -> None:
@@ -254,33 +278,39 @@ class PostgresSink(Sink):
         nulls = [k for k in flat_keys if table.column(k).null_count]
         if nulls:
             self._refuse_not_null_keys(conn, nulls, flat_keys, batch_id)
-        conn.execute(sa.text(f"CREATE TEMP TABLE __inc_upsert (LIKE {self.qtable}) ON COMMIT DROP"))
-        self._copy(conn, "__inc_upsert", table)
-        cols = ", ".join(_q(c) for c in table.column_names)
-        sets = ", ".join(f"{_q(c)} = EXCLUDED.{_q(c)}" for c in table.column_names if c not in flat_keys)
-        action = f"DO UPDATE SET {sets}" if sets else "DO NOTHING"
-        any_null = " OR ".join(f"{_q(k)} IS NULL" for k in flat_keys)
-        conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert "
-                             f"WHERE NOT ({any_null}) ON CONFLICT ({', '.join(_q(k) for k in flat_keys)}) {action}"))
+        stage = sql.Identifier("__inc_upsert")
+        execute(conn, sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(stage, self.target))
+        self._copy(conn, stage, table)
+        cols = ident_list(table.column_names)
+        rest = [c for c in table.column_names if c not in flat_keys]
+        action = (sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
+            sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in rest))
+            if rest else sql.SQL("DO NOTHING"))
+        any_null = sql.SQL(" OR ").join(sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in flat_keys)
+        execute(conn, sql.SQL("INSERT INTO {t} ({c}) SELECT {c} FROM {s} WHERE NOT ({n}) ON CONFLICT ({k}) {a}").format(
+            t=self.target, c=cols, s=stage, n=any_null, k=ident_list(flat_keys), a=action))
         if not nulls:
             return
-        same = " AND ".join(f"t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)}" for k in flat_keys)
-        conn.execute(sa.text(f"DELETE FROM {self.qtable} AS t USING (SELECT * FROM __inc_upsert WHERE {any_null}) "
-                             f"AS s WHERE {same}"))
-        conn.execute(sa.text(f"INSERT INTO {self.qtable} ({cols}) SELECT {cols} FROM __inc_upsert WHERE {any_null}"))
+        same = sql.SQL(" AND ").join(sql.SQL("t.{k} IS NOT DISTINCT FROM s.{k}").format(k=sql.Identifier(k))
+                                     for k in flat_keys)
+        execute(conn, sql.SQL("DELETE FROM {t} AS t USING (SELECT * FROM {s} WHERE {n}) AS s WHERE {m}").format(
+            t=self.target, s=stage, n=any_null, m=same))
+        execute(conn, sql.SQL("INSERT INTO {t} ({c}) SELECT {c} FROM {s} WHERE {n}").format(
+            t=self.target, c=cols, s=stage, n=any_null))
 
     def _refuse_not_null_keys(self, conn, nulls: list[str], flat_keys: list[str], batch_id: int) -> None:
         """SinkSchemaError when a key column holding a NULL in this batch is NOT NULL in the table
         (a primary key: a table created before PostgreSQL 15 or by hand); the batch's transaction
         is rolled back (add_batch), so nothing of it is written."""
-        strict = set(conn.execute(sa.text(
-            "SELECT attname FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) AND attnum > 0 AND attnotnull"),
-            {"t": self.driver_table}).scalars())
+        raw = conn.connection.driver_connection
+        strict = {r[0] for r in execute(conn, sql.SQL(
+            "SELECT attname FROM pg_attribute WHERE attrelid = CAST(%s AS regclass) AND attnum > 0 AND attnotnull"),
+            (self.target.as_string(raw),)).fetchall()}
         bad = [k for k in nulls if k in strict]
         if bad:
             raise SinkSchemaError(
                 f"{self.description}, batch {batch_id}: the output has a NULL in key column(s) {bad} (a group whose key is "
                 f"NULL, as Spark keeps it), but the table declares them NOT NULL (a primary key), so it cannot hold "
                 f"that group. Nothing of the batch was written. Let the table take NULL keys (PostgreSQL 15+: "
-                f"replace its primary key by UNIQUE NULLS NOT DISTINCT ({', '.join(_q(k) for k in flat_keys)})), or "
+                f"replace its primary key by UNIQUE NULLS NOT DISTINCT ({ident_list(flat_keys).as_string(raw)})), or "
                 f"filter or coalesce the NULL keys in the query.")

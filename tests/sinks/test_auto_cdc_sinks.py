@@ -38,7 +38,7 @@ def _rows(kind, sink):
         got = [tuple(r.values()) for r in t.to_pylist()]
     else:
         with sink.engine().connect() as c:
-            got = [tuple(r) for r in c.execute(sa.text(f"SELECT id, name, __start_at, __end_at FROM {sink.qtable}"))]
+            got = [tuple(r) for r in c.execute(sa.text(f"SELECT id, name, __start_at, __end_at FROM {sink.table}"))]
     return sorted(got, key=repr)
 
 

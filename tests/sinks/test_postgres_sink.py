@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import psycopg
 import pyarrow as pa
+import pytest
 import sqlalchemy as sa
 
 import increments as inc
@@ -76,3 +78,25 @@ def test_two_queries_into_one_table_have_separate_markers(pg_url):
     a.add_batch(0, pa.table({"id": [1]}))
     b.add_batch(0, pa.table({"id": [2]}))
     assert _rows(pg_url, "SELECT id FROM t_shared") == [(1,), (2,)]
+
+
+def test_one_driver_postgresql_urls_mean_psycopg_and_another_driver_is_refused(pg_url):
+    plain = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    s = _sink(plain, "t_plain_url", "append")
+    assert s.engine().dialect.driver == "psycopg"
+    s.add_batch(0, pa.table({"id": [1]}))
+    assert _rows(pg_url, "SELECT id FROM t_plain_url") == [(1,)]
+    with pytest.raises(ValueError, match="names the driver 'psycopg2'.*psycopg 3"):
+        PostgresSink({"url": pg_url.replace("+psycopg://", "+psycopg2://"), "table": "t"})
+
+
+def test_statements_quote_names_whatever_they_hold(pg_url):
+    # names are psycopg.sql identifiers: quotes, colons, percent signs and dots inside a column are data
+    cols = ['a "b"', ":c", "d%s", "e.f"]
+    s = _sink(pg_url, 'odd "t" %s', "update", keys=[":c"])
+    s.add_batch(0, pa.table({c: [1, 2] for c in cols}))
+    s.add_batch(1, pa.table({c: [2, 3] for c in cols}))
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://")) as c:   # no parameters: % is data
+        got = sorted(c.execute('SELECT "a ""b""", ":c", "d%s", "e.f" FROM "odd ""t"" %s"').fetchall())
+    assert got == [(1, 1, 1, 1), (2, 2, 2, 2), (3, 3, 3, 3)]
+    assert s.row_count() == 3
