@@ -99,3 +99,15 @@ def test_compose_instance_file_is_a_valid_dagster_instance_config(tmp_path, monk
     assert {"postgres", "minio", "code", "webserver", "daemon"} <= set(compose["services"])
     assert not any("volumes" in s and any(":/data" in v or "checkpoint" in v for v in s["volumes"])
                    for n, s in compose["services"].items() if n in ("code", "webserver", "daemon"))
+
+
+def test_every_deployed_instance_holds_one_run_per_query_also_for_materializations():
+    """A Materialize from the asset graph has no job tags: the one-run-per-query limit then comes
+    from the run-granularity pool increments/<q> with one slot (orchestration/dagster.yaml). The
+    compose instances and the Helm values deploy it too (the chart's concurrency.pools renders
+    pools: {granularity, default_limit})."""
+    for name in ("compose/dagster.yaml", "compose/dagster-celery.yaml"):
+        conc = _yaml(name)["concurrency"]
+        assert conc["pools"] == {"granularity": "run", "default_limit": 1}, name
+        assert conc["runs"]["tag_concurrency_limits"][0]["key"] == "increments/query", name
+    assert _yaml("helm-values.yaml")["concurrency"]["pools"] == {"granularity": "run", "defaultLimit": 1}
