@@ -62,10 +62,17 @@ class StateStore(ABC):
     def get(self, key: bytes) -> bytes | None: ...
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        """``[get(k) for k in keys]`` (providers answer it without a Python call per key)."""
         return [self.get(k) for k in keys]
 
     @abstractmethod
     def put(self, key: bytes, value: bytes) -> None: ...
+
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        """``put(k, v)`` for every pair, for DISTINCT keys (a batch's groups): the providers do it
+        without a Python call per key (the same content, metrics and changelog as the loop)."""
+        for k, v in zip(keys, values):
+            self.put(k, v)
 
     @abstractmethod
     def delete(self, key: bytes) -> None: ...

@@ -14,6 +14,9 @@ Abort restores the loaded version from an undo log (no copy of the state is take
 """
 from __future__ import annotations
 
+from collections import deque
+from itertools import compress, repeat
+from operator import is_
 from typing import Iterator
 
 from . import files
@@ -72,6 +75,21 @@ class MemoryStateStore(StateStore):
         s.data[key] = bytes(value)
         self._updated += 1
 
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        s = self._s
+        data = s.data
+        olds = list(map(data.get, keys))
+        if self._undo:
+            deque(map(self._undo.setdefault, keys, olds), maxlen=0)
+        else:
+            self._undo = dict(zip(keys, olds))
+        new = list(compress(keys, map(is_, olds, repeat(None))))
+        if new:
+            s.index.add_many(new)
+        s.bytes += sum(map(len, new)) + sum(map(len, values)) - sum(map(len, filter(None, olds)))
+        data.update(zip(keys, values))
+        self._updated += len(keys)
+
     def delete(self, key: bytes) -> None:
         s = self._s
         old = s.data.pop(key, None)
@@ -97,9 +115,8 @@ class MemoryStateStore(StateStore):
         return version
 
     def _delta(self) -> tuple[list[bytes], list]:
-        data = self._s.data
         keys = list(self._undo)
-        return keys, [data.get(k) for k in keys]
+        return keys, list(map(self._s.data.get, keys))
 
     def abort(self) -> None:
         s = self._s
@@ -177,7 +194,9 @@ class MemoryStateStoreProvider(FileBackedProvider):
             raise StateStoreError(f"cannot load state version {version} of {self.where(operator, partition)}: "
                                   f"{len(data)} rows rebuilt, {rows} recorded")
         self._lineages[key] = tr.lineage
-        return _Loaded(version, token, data, SortedKeys(sorted(data)))
+        index = SortedKeys()
+        index.add_many(data)        # sorted at the first ordered read (a batch may never need it)
+        return _Loaded(version, token, data, index)
 
     def _write_version(self, store: MemoryStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
