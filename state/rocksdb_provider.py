@@ -148,7 +148,9 @@ class RocksDBStateStore(StateStore):
         known = self._known.get(key)
         return known if known is not None else self._w.db.get(key) is not None
 
-    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+    def _bulk_existing(self, keys: list[bytes]) -> int:
+        """How many of the (distinct) keys hold a value now; the ones not in the overlay yet join
+        its index."""
         ov = self._overlay
         if ov:
             fresh = [k for k in keys if k not in ov]
@@ -156,12 +158,34 @@ class RocksDBStateStore(StateStore):
         else:
             fresh, existed = keys, 0
         if fresh and self._w.rows:
-            known, get = self._known, self._w.db.get
+            known = self._known
             try:
                 existed += sum(map(known.__getitem__, fresh))
             except KeyError:
-                existed += sum(1 for k in fresh if (known[k] if k in known else get(k) is not None))
+                unknown = [k for k in fresh if k not in known] if known else fresh
+                existed += sum(known[k] for k in fresh if k in known) if known else 0
+                existed += self._count_in_db(unknown)
         self._okeys.add_many(fresh)
+        return existed
+
+    def _count_in_db(self, keys: list[bytes]) -> int:
+        """How many of the (distinct) keys the working copy holds: a get per key, or, for many keys
+        (a large eviction), one pass over the DB's keys in order (a get of a random key reads several
+        files; the pass reads each block once)."""
+        db = self._w.db
+        if len(keys) * 8 < self._w.rows:
+            return sum(map(is_not, map(db.get, keys), repeat(None)))
+        return sum(map(set(keys).__contains__, db.keys()))
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        existed = self._bulk_existing(keys)
+        self._rows -= existed
+        self._removed += existed
+        self._overlay.update(zip(keys, repeat(None)))
+
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        ov = self._overlay
+        existed = self._bulk_existing(keys)
         self._rows += len(keys) - existed
         ov.update(zip(keys, values))
         self._obytes += sum(map(len, keys)) + sum(map(len, values))

@@ -21,33 +21,46 @@ _SMALL_PENDING = 2048        # fewer pending keys than this are sorted in at the
 
 
 class SortedKeys:
-    __slots__ = ("_lists", "_maxes", "_len", "_pending", "_scans")
+    __slots__ = ("_lists", "_maxes", "_len", "_pending", "_chunks", "_scans")
 
     def __init__(self, sorted_keys: list[bytes] | None = None):
         self._lists: list[list[bytes]] = []
         self._maxes: list[bytes] = []
         self._len = 0
-        self._pending: dict[bytes, None] = {}      # added in bulk, not yet sorted in
+        self._pending: dict[bytes, None] = {}      # added, not yet sorted in (as a set) ...
+        self._chunks: list[list[bytes]] = []       # ... and as the lists add_many was given
         self._scans = 0
         if sorted_keys:
             self._build(sorted_keys)
 
     def _build(self, sorted_keys: list[bytes]) -> None:
+        if not sorted_keys:
+            self._lists, self._maxes, self._len = [], [], 0
+            return
         self._lists = [sorted_keys[i:i + _LOAD] for i in range(0, len(sorted_keys), _LOAD)]
         self._maxes = [lst[-1] for lst in self._lists]
         self._len = len(sorted_keys)
 
     def __len__(self) -> int:
-        return self._len + len(self._pending)
+        return self._len + len(self._pending) + sum(map(len, self._chunks))
 
-    def add_many(self, keys) -> None:
-        """Insert every key of ``keys`` (none present yet; repeats among them count once)."""
-        self._pending.update(dict.fromkeys(keys))
+    def add_many(self, keys: list[bytes]) -> None:
+        """Insert the keys (distinct, none present yet)."""
+        if keys:
+            self._chunks.append(list(keys))
+
+    def _waiting(self) -> dict[bytes, None]:
+        """Every pending key, as one set (built when a single key must be found among them)."""
+        if self._chunks:
+            for c in self._chunks:
+                self._pending.update(dict.fromkeys(c))
+            self._chunks = []
+        return self._pending
 
     def add(self, key: bytes) -> None:
         """Insert ``key`` (the caller guarantees it is not present)."""
-        if self._pending:
-            self._pending[key] = None
+        if self._pending or self._chunks:
+            self._waiting()[key] = None
             return
         if not self._maxes:
             self._lists.append([key]); self._maxes.append(key); self._len = 1
@@ -70,7 +83,8 @@ class SortedKeys:
 
     def _settle(self) -> None:
         """Sort the pending keys in."""
-        pending, self._pending, self._scans = self._pending, {}, 0
+        pending = list(chain(self._pending, *self._chunks))
+        self._pending, self._chunks, self._scans = {}, [], 0
         if not pending:
             return
         if len(pending) * 32 < self._len:
@@ -81,7 +95,7 @@ class SortedKeys:
         self._build(new if not self._len else list(heapq.merge(chain.from_iterable(self._lists), new)))
 
     def discard(self, key: bytes) -> None:
-        if self._pending and key in self._pending:
+        if (self._pending or self._chunks) and key in self._waiting():
             del self._pending[key]
             return
         i = bisect_left(self._maxes, key)
@@ -97,15 +111,27 @@ class SortedKeys:
             else:
                 del self._lists[i]; del self._maxes[i]
 
+    def discard_many(self, keys: list[bytes]) -> None:
+        """``discard`` each key; a large share of the set at once is filtered out in one pass."""
+        if len(keys) * 16 < len(self):
+            for k in keys:
+                self.discard(k)
+            return
+        drop = set(keys)
+        if self._pending or self._chunks:
+            self._pending = dict.fromkeys(self._waiting().keys() - drop)
+        if self._len:
+            self._build([k for k in chain.from_iterable(self._lists) if k not in drop])
+
     def irange(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Keys k with start <= k < end (None = unbounded), in order."""
-        if self._pending:
-            if (len(self._pending) < _SMALL_PENDING or (start is None and end is None)
+        if self._pending or self._chunks:
+            if (len(self) - self._len < _SMALL_PENDING or (start is None and end is None)
                     or self._scans >= _FILTERED_SCANS):
                 self._settle()
             else:
                 self._scans += 1
-                sel = sorted(k for k in self._pending
+                sel = sorted(k for k in chain(self._pending, *self._chunks)
                              if (start is None or k >= start) and (end is None or k < end))
                 base = self._irange(start, end)
                 return list(heapq.merge(base, sel)) if base and sel else (base or sel)

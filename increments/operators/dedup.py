@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import encode_keys, encode_values
-from state.encoding import decode_key, encode_key, encode_value
+from state.columnar import binary_array, encode_keys, encode_values
+from state.encoding import encode_value
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
@@ -162,10 +162,12 @@ class DeduplicateOp(PhysicalOp):
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            pkeys = [encode_key(decode_key(kb)[1:]) for kb, _ in index.range_scan(None, end)]
-            for kb in pkeys:
-                store.delete(kb)
-            index.delete_range(None, end)
+            ikeys = [kb for kb, _ in index.range_scan(None, end)]
+            if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
+                arr = binary_array(ikeys)
+                is_int = pc.equal(pc.binary_slice(arr, 0, 1), pa.scalar(b"\x10", arr.type))
+                store.delete_many(pc.if_else(is_int, pc.binary_slice(arr, 9), pc.binary_slice(arr, 1)).to_pylist())
+                index.delete_many(ikeys)
         elif self.time_in_key:
             store.delete_range(None, end)
 

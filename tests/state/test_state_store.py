@@ -606,3 +606,30 @@ def test_put_many_is_the_put_loop(make):
     s.close()
     fresh = make(local="w2").open("op", 0, 1)
     assert content(fresh) == model and fresh.metrics().num_rows_total == len(model)
+
+
+def test_delete_many_is_the_delete_loop(make):
+    """Eviction in bulk (delete_many, and delete_range through it) removes what one delete per key
+    removes: stored keys, keys the batch put, keys that are absent; counts each removed row once."""
+    p = make()
+    s = p.open("op", 0, -1)
+    s.put_many([K((i,)) for i in range(5000)], [b"v%d" % i for i in range(5000)])
+    s.commit(0)
+    s.put(K((7000,)), b"new")                                  # put in this batch, then deleted in bulk
+    s.put(K((3,)), b"changed")
+    gone = [K((i,)) for i in range(0, 4000)] + [K((7000,)), K((9999,))]   # 9999 is absent
+    s.delete_many(gone)
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_removed) == (1000, 4001)
+    assert [k for k, _ in s.iter_all()] == [K((i,)) for i in range(4000, 5000)]
+    assert s.delete_range(K((4500,)), None) == 500
+    assert s.metrics().num_rows_total == 500
+    s.commit(1)
+    s.close()
+    fresh = make(local="w2").open("op", 0, 1)
+    assert content(fresh) == {K((i,)): b"v%d" % i for i in range(4000, 4500)}
+    fresh.close()
+    again = p.open("op", 0, 0)                                 # abort of a bulk delete
+    again.delete_many([K((i,)) for i in range(10)])
+    again.abort()
+    assert len(content(again)) == 5000 and again.metrics().num_rows_total == 5000
