@@ -24,18 +24,23 @@ import numpy as np
 
 from increments.lazy import lazy_module
 
-from .encoding import _encode_one, decode_value, encode_value
+from .encoding import _encode_one, decode_value, encode_key, encode_value
 
 pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
 _NULL_KEY = b"\x01"
+#: below this many rows the functions go row by row through state.encoding (numpy's and Arrow's fixed
+#: cost per call is larger than a few hundred rows' Python)
+SMALL = 256
 
 
 # -- Python lists <-> Arrow binary -------------------------------------------------------------------
 def binary_array(items: Sequence[bytes | None]) -> "pa.Array":
     """``pa.array(items, pa.binary())`` (large_binary beyond 2 GiB), built from one join."""
     n = len(items)
+    if n < SMALL:
+        return pa.array(items, pa.binary())
     valid = None
     try:
         lens = np.fromiter(map(len, items), np.int64, n)
@@ -172,6 +177,8 @@ def encode_keys(columns: Sequence) -> list[bytes]:
     """``[encode_key(row) for row in rows of columns]`` (see the module doc)."""
     if not columns:
         return []
+    if len(columns[0]) < SMALL:                  # a few rows: state.encoding row by row is quicker
+        return [encode_key(t) for t in zip(*(_plain(c).to_pylist() for c in columns))]
     return encode_key_array(columns).to_pylist()
 
 
@@ -212,7 +219,7 @@ def encode_values(columns: Sequence) -> list[bytes]:
     if not cols or n == 0:
         return [encode_value(()) for _ in range(n)]
     kinds = [_value_kind(c.type) for c in cols]
-    if None in kinds:
+    if None in kinds or n < SMALL:
         return [encode_value(row) for row in zip(*(c.to_pylist() for c in cols))]
     k = len(cols)
     widths, segs = [], []
@@ -262,6 +269,9 @@ def decode_values(values: Sequence[bytes | None], types: Sequence) -> tuple[list
     the value is None or its element is None), and whether each value was not None."""
     n = len(values)
     k = len(types)
+    if n < SMALL:
+        existed = np.fromiter((v is not None for v in values), np.bool_, n)
+        return _decode_slow(values, types, existed), pa.array(existed)
     arr = binary_array(values)
     existed = _valid(arr)
     kinds = [_value_kind(t) for t in types]

@@ -93,6 +93,8 @@ def test_binary_array_is_pa_array():
     items = [b"", b"a\x00", None, b"xyz" * 10, None]
     assert binary_array(items).equals(pa.array(items, pa.binary()))
     assert binary_array([b"k1", b"k2"]).equals(pa.array([b"k1", b"k2"], pa.binary()))
+    assert binary_array(items * 200).equals(pa.array(items * 200, pa.binary()))     # beyond SMALL
+    assert binary_array([b"ab"] * 1000).equals(pa.array([b"ab"] * 1000, pa.binary()))
 
 
 @pytest.mark.parametrize("values", [[3, 7, 255], [300, 65535, 256], [-5, 70000, 2 ** 31 - 1],
@@ -101,7 +103,7 @@ def test_binary_array_is_pa_array():
 def test_values_of_one_layout_decode_by_columns(values):
     """A batch whose values all share one layout is read as column slices (its own path)."""
     t = pa.float64() if isinstance(values[0], float) else pa.int64()
-    rows = [(v, True, v) for v in values * 50]
+    rows = [(v, True, v) for v in values * 200]
     stored = encode_values([pa.array([r[0] for r in rows], t), pa.array([True] * len(rows)),
                             pa.array([r[2] for r in rows], t)])
     assert stored == [encode_value(r) for r in rows]
