@@ -269,6 +269,8 @@ def decode_values(values: Sequence[bytes | None], types: Sequence) -> tuple[list
     the value is None or its element is None), and whether each value was not None."""
     n = len(values)
     k = len(types)
+    if values.count(None) == n:                  # every group new (a first batch): nothing to decode
+        return [pa.nulls(n, t) for t in types], pa.array(np.zeros(n, np.bool_))
     if n < SMALL:
         existed = np.fromiter((v is not None for v in values), np.bool_, n)
         return _decode_slow(values, types, existed), pa.array(existed)

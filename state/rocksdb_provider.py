@@ -90,6 +90,8 @@ class RocksDBStateStore(StateStore):
         on an empty DB); what the DB answered is remembered for a following put_many (``_known``)."""
         ov = self._overlay
         get = self._w.db.get
+        if not ov and self._w.rows == 0:
+            return [None] * len(keys)          # an empty DB (a first batch, a backfill): nothing to ask
         if not ov:
             found = list(map(get, keys))
             self._remember(keys, found)
