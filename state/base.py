@@ -89,6 +89,10 @@ class StateStore(ABC):
     def iter_all(self) -> Iterator[tuple[bytes, bytes]]:
         return self.range_scan(None, None)
 
+    def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """The keys of ``range_scan(start, end)``, in order, as a list."""
+        return [k for k, _ in self.range_scan(start, end)]
+
     def delete_many(self, keys: list[bytes]) -> None:
         """``delete(k)`` for every key, for DISTINCT keys (eviction): the providers do it without a
         Python call per key."""
@@ -97,7 +101,7 @@ class StateStore(ABC):
 
     def delete_range(self, start: bytes | None, end: bytes | None) -> int:
         """Delete rows with start <= key < end; returns the number of rows removed."""
-        keys = [k for k, _ in self.range_scan(start, end)]
+        keys = self.range_keys(start, end)
         self.delete_many(keys)
         return len(keys)
 

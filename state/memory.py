@@ -64,6 +64,9 @@ class MemoryStateStore(StateStore):
             if v is not None:
                 yield k, v
 
+    def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        return self._s.index.irange(start, end)       # the index holds exactly the stored keys
+
     # -- writes ------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes) -> None:
         s = self._s

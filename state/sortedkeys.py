@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from itertools import chain
+from itertools import chain, filterfalse
 
 _LOAD = 512
 _FILTERED_SCANS = 4          # bounded scans served by filtering the pending keys before they are sorted in
@@ -117,11 +117,12 @@ class SortedKeys:
             for k in keys:
                 self.discard(k)
             return
-        drop = set(keys)
-        if self._pending or self._chunks:
-            self._pending = dict.fromkeys(self._waiting().keys() - drop)
+        drop = set(keys).__contains__
+        if self._pending or self._chunks:        # kept as one chunk of the survivors (no set built)
+            kept = list(filterfalse(drop, chain(self._pending, *self._chunks)))
+            self._pending, self._chunks = {}, ([kept] if kept else [])
         if self._len:
-            self._build([k for k in chain.from_iterable(self._lists) if k not in drop])
+            self._build(list(filterfalse(drop, chain.from_iterable(self._lists))))
 
     def irange(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Keys k with start <= k < end (None = unbounded), in order."""

@@ -162,7 +162,7 @@ class DeduplicateOp(PhysicalOp):
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            ikeys = [kb for kb, _ in index.range_scan(None, end)]
+            ikeys = index.range_keys(None, end)
             if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
                 arr = binary_array(ikeys)
                 is_int = pc.equal(pc.binary_slice(arr, 0, 1), pa.scalar(b"\x10", arr.type))
