@@ -45,6 +45,8 @@ def binary_array(items: Sequence[bytes | None]) -> "pa.Array":
     try:
         lens = np.fromiter(map(len, items), np.int64, n)
     except TypeError:                                          # None among them
+        if items.count(None) == n:                             # every one (a changelog of deletes)
+            return pa.nulls(n, pa.binary())
         mask = np.fromiter((x is not None for x in items), np.bool_, n)
         items = [b"" if x is None else x for x in items]
         valid = pa.py_buffer(np.packbits(mask, bitorder="little"))

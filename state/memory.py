@@ -42,8 +42,8 @@ class MemoryStateStore(StateStore):
         self._s = loaded
         self.version, self.token = loaded.version, loaded.token
         self._undo: dict[bytes, bytes | None] = {}
-        # the first put_many of a batch keeps its (keys, old values) as they are: a dict of a million
-        # keys is built only if something else touches the undo log (_undo_log) before the commit
+        # the first put_many or delete_many of a batch keeps its (keys, old values) as they are: a dict
+        # of a million keys is built only if something else touches the undo log (_undo_log) first
         self._bulk: tuple[list[bytes], list] | None = None
         self._bytes_at_load = loaded.bytes
         self._updated = self._removed = 0
@@ -116,7 +116,10 @@ class MemoryStateStore(StateStore):
         gone, gone_olds = list(compress(keys, present)), list(compress(olds, present))
         if not gone:
             return
-        deque(map(self._undo_log().setdefault, gone, gone_olds), maxlen=0)
+        if self._undo or self._bulk is not None:
+            deque(map(self._undo_log().setdefault, gone, gone_olds), maxlen=0)
+        else:
+            self._bulk = (gone, gone_olds)        # as put_many: folded into the dict only when needed
         s.index.discard_many(gone)
         s.bytes -= sum(map(len, gone)) + sum(map(len, gone_olds))
         self._removed += len(gone)

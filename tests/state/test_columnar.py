@@ -95,6 +95,7 @@ def test_binary_array_is_pa_array():
     assert binary_array([b"k1", b"k2"]).equals(pa.array([b"k1", b"k2"], pa.binary()))
     assert binary_array(items * 200).equals(pa.array(items * 200, pa.binary()))     # beyond SMALL
     assert binary_array([b"ab"] * 1000).equals(pa.array([b"ab"] * 1000, pa.binary()))
+    assert binary_array([None] * 1000).equals(pa.array([None] * 1000, pa.binary()))
 
 
 @pytest.mark.parametrize("values", [[3, 7, 255], [300, 65535, 256], [-5, 70000, 2 ** 31 - 1],
