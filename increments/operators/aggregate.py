@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import decode_values, encode_keys, encode_values
+from state.columnar import encode_keys
+from state.columnar_values import decode_values, encode_values
 
 from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec

@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import binary_array, encode_keys, encode_values
+from state.columnar import binary_array, encode_keys
+from state.columnar_values import encode_values
 from state.encoding import encode_value
 
 from ..errors import AnalysisException

@@ -9,7 +9,8 @@ import random
 import pyarrow as pa
 import pytest
 
-from state.columnar import binary_array, decode_values, encode_keys, encode_values
+from state.columnar import binary_array, encode_keys
+from state.columnar_values import decode_values, encode_values
 from state.encoding import decode_value, encode_key, encode_value
 
 rng = random.Random(3)
