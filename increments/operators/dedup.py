@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import binary_array, encode_keys
+from state.columnar import encode_keys
 from state.columnar_values import encode_values
 from state.encoding import encode_value
 
@@ -165,9 +165,7 @@ class DeduplicateOp(PhysicalOp):
         if self.within:
             ikeys = index.range_keys(None, end)
             if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
-                arr = binary_array(ikeys)
-                is_int = pc.equal(pc.binary_slice(arr, 0, 1), pa.scalar(b"\x10", arr.type))
-                store.delete_many(pc.if_else(is_int, pc.binary_slice(arr, 9), pc.binary_slice(arr, 1)).to_pylist())
+                store.delete_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])
                 index.delete_many(ikeys)
         elif self.time_in_key:
             store.delete_range(None, end)
