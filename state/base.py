@@ -62,10 +62,17 @@ class StateStore(ABC):
     def get(self, key: bytes) -> bytes | None: ...
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        """``[get(k) for k in keys]`` (providers answer it without a Python call per key)."""
         return [self.get(k) for k in keys]
 
     @abstractmethod
     def put(self, key: bytes, value: bytes) -> None: ...
+
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        """``put(k, v)`` for every pair, for DISTINCT keys (a batch's groups): the providers do it
+        without a Python call per key (the same content, metrics and changelog as the loop)."""
+        for k, v in zip(keys, values):
+            self.put(k, v)
 
     @abstractmethod
     def delete(self, key: bytes) -> None: ...
@@ -82,11 +89,20 @@ class StateStore(ABC):
     def iter_all(self) -> Iterator[tuple[bytes, bytes]]:
         return self.range_scan(None, None)
 
-    def delete_range(self, start: bytes | None, end: bytes | None) -> int:
-        """Delete rows with start <= key < end; returns the number of rows removed."""
-        keys = [k for k, _ in self.range_scan(start, end)]
+    def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """The keys of ``range_scan(start, end)``, in order, as a list."""
+        return [k for k, _ in self.range_scan(start, end)]
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        """``delete(k)`` for every key, for DISTINCT keys (eviction): the providers do it without a
+        Python call per key."""
         for k in keys:
             self.delete(k)
+
+    def delete_range(self, start: bytes | None, end: bytes | None) -> int:
+        """Delete rows with start <= key < end; returns the number of rows removed."""
+        keys = self.range_keys(start, end)
+        self.delete_many(keys)
         return len(keys)
 
     @abstractmethod

@@ -97,8 +97,9 @@ def snapshot_name(version: int, token: str) -> str:
 # -- rows files -----------------------------------------------------------------------------------
 def encode_rows(keys: list[bytes], values: list, meta: dict) -> bytes:
     """An Arrow IPC file of (key, value) rows whose schema metadata holds ``meta``."""
+    from .columnar import binary_array
     table = pa.Table.from_arrays(
-        [pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
+        [binary_array(keys), binary_array(values)],
         schema=pa.schema([("key", pa.binary()), ("value", pa.binary())]).with_metadata({"increments": json.dumps(meta)}))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as w:

@@ -14,6 +14,9 @@ Abort restores the loaded version from an undo log (no copy of the state is take
 """
 from __future__ import annotations
 
+from collections import deque
+from itertools import compress, repeat
+from operator import is_, is_not
 from typing import Iterator
 
 from . import files
@@ -39,6 +42,9 @@ class MemoryStateStore(StateStore):
         self._s = loaded
         self.version, self.token = loaded.version, loaded.token
         self._undo: dict[bytes, bytes | None] = {}
+        # the first put_many or delete_many of a batch keeps its (keys, old values) as they are: a dict
+        # of a million keys is built only if something else touches the undo log (_undo_log) first
+        self._bulk: tuple[list[bytes], list] | None = None
         self._bytes_at_load = loaded.bytes
         self._updated = self._removed = 0
         self._closed = False
@@ -58,12 +64,16 @@ class MemoryStateStore(StateStore):
             if v is not None:
                 yield k, v
 
+    def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        return self._s.index.irange(start, end)       # the index holds exactly the stored keys
+
     # -- writes ------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes) -> None:
         s = self._s
         old = s.data.get(key)
-        if key not in self._undo:
-            self._undo[key] = old
+        undo = self._undo_log()
+        if key not in undo:
+            undo[key] = old
         if old is None:
             s.index.add(key)
             s.bytes += len(key) + len(value)
@@ -72,16 +82,56 @@ class MemoryStateStore(StateStore):
         s.data[key] = bytes(value)
         self._updated += 1
 
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        s = self._s
+        data = s.data
+        olds = list(map(data.get, keys))
+        if self._undo or self._bulk is not None:
+            deque(map(self._undo_log().setdefault, keys, olds), maxlen=0)
+        else:
+            self._bulk = (keys, olds)
+        new = list(compress(keys, map(is_, olds, repeat(None))))
+        if new:
+            s.index.add_many(new)
+        s.bytes += sum(map(len, new)) + sum(map(len, values)) - sum(map(len, filter(None, olds)))
+        data.update(zip(keys, values))
+        self._updated += len(keys)
+
     def delete(self, key: bytes) -> None:
         s = self._s
         old = s.data.pop(key, None)
         if old is None:
             return
-        if key not in self._undo:
-            self._undo[key] = old
+        undo = self._undo_log()
+        if key not in undo:
+            undo[key] = old
         s.index.discard(key)
         s.bytes -= len(key) + len(old)
         self._removed += 1
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        s = self._s
+        olds = list(map(s.data.pop, keys, repeat(None)))
+        present = list(map(is_not, olds, repeat(None)))
+        gone, gone_olds = list(compress(keys, present)), list(compress(olds, present))
+        if not gone:
+            return
+        if self._undo or self._bulk is not None:
+            deque(map(self._undo_log().setdefault, gone, gone_olds), maxlen=0)
+        else:
+            self._bulk = (gone, gone_olds)        # as put_many: folded into the dict only when needed
+        s.index.discard_many(gone)
+        s.bytes -= sum(map(len, gone)) + sum(map(len, gone_olds))
+        self._removed += len(gone)
+
+    def _undo_log(self) -> dict[bytes, bytes | None]:
+        """The undo log (key -> value at load, None: absent), with a kept put_many folded in first."""
+        if self._bulk is not None:
+            keys, olds = self._bulk
+            self._bulk = None
+            later, self._undo = self._undo, dict(zip(keys, olds))
+            self._undo.update(later)      # empty: anything later folds the bulk in first
+        return self._undo
 
     # -- lifecycle ---------------------------------------------------------------------
     def commit(self, version: int) -> int:
@@ -92,18 +142,21 @@ class MemoryStateStore(StateStore):
         self._s.version, self._s.token = version, token
         self.version, self.token = version, token
         self._undo.clear()
+        self._bulk = None
         self._bytes_at_load = self._s.bytes
         self._updated = self._removed = 0
         return version
 
     def _delta(self) -> tuple[list[bytes], list]:
-        data = self._s.data
-        keys = list(self._undo)
-        return keys, [data.get(k) for k in keys]
+        if self._bulk is not None and not self._undo:
+            keys = self._bulk[0]
+            return keys, list(map(self._s.data.get, keys))
+        keys = list(self._undo_log())
+        return keys, list(map(self._s.data.get, keys))
 
     def abort(self) -> None:
         s = self._s
-        for k, old in self._undo.items():
+        for k, old in self._undo_log().items():
             if old is None:
                 if s.data.pop(k, None) is not None:
                     s.index.discard(k)
@@ -112,6 +165,7 @@ class MemoryStateStore(StateStore):
                     s.index.add(k)
                 s.data[k] = old
         self._undo.clear()
+        self._bulk = None
         s.bytes = self._bytes_at_load
         self._updated = self._removed = 0
 
@@ -177,7 +231,9 @@ class MemoryStateStoreProvider(FileBackedProvider):
             raise StateStoreError(f"cannot load state version {version} of {self.where(operator, partition)}: "
                                   f"{len(data)} rows rebuilt, {rows} recorded")
         self._lineages[key] = tr.lineage
-        return _Loaded(version, token, data, SortedKeys(sorted(data)))
+        index = SortedKeys()
+        index.add_many(data)        # sorted at the first ordered read (a batch may never need it)
+        return _Loaded(version, token, data, index)
 
     def _write_version(self, store: MemoryStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:

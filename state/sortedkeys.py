@@ -3,31 +3,65 @@
 Insert/discard cost O(log n + chunk size); ``irange`` returns a materialised list so callers
 may mutate the set while consuming the result.  Used by the in-memory store for its whole
 key index and by the RocksDB store for the uncommitted overlay.
+
+Bulk inserts (``add_many``) are kept aside unsorted until a read needs them in order: a batch that
+inserts a million keys and never scans pays no sort at all; one that scans a bounded range a few
+times filters the pending keys instead of sorting them all; anything else sorts them once and
+merges them in.
 """
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, insort
+from itertools import chain, filterfalse
 
 _LOAD = 512
+_FILTERED_SCANS = 4          # bounded scans served by filtering the pending keys before they are sorted in
+_SMALL_PENDING = 2048        # fewer pending keys than this are sorted in at the first read
 
 
 class SortedKeys:
-    __slots__ = ("_lists", "_maxes", "_len")
+    __slots__ = ("_lists", "_maxes", "_len", "_pending", "_chunks", "_scans")
 
     def __init__(self, sorted_keys: list[bytes] | None = None):
         self._lists: list[list[bytes]] = []
         self._maxes: list[bytes] = []
         self._len = 0
+        self._pending: dict[bytes, None] = {}      # added, not yet sorted in (as a set) ...
+        self._chunks: list[list[bytes]] = []       # ... and as the lists add_many was given
+        self._scans = 0
         if sorted_keys:
-            self._lists = [sorted_keys[i:i + _LOAD] for i in range(0, len(sorted_keys), _LOAD)]
-            self._maxes = [lst[-1] for lst in self._lists]
-            self._len = len(sorted_keys)
+            self._build(sorted_keys)
+
+    def _build(self, sorted_keys: list[bytes]) -> None:
+        if not sorted_keys:
+            self._lists, self._maxes, self._len = [], [], 0
+            return
+        self._lists = [sorted_keys[i:i + _LOAD] for i in range(0, len(sorted_keys), _LOAD)]
+        self._maxes = [lst[-1] for lst in self._lists]
+        self._len = len(sorted_keys)
 
     def __len__(self) -> int:
-        return self._len
+        return self._len + len(self._pending) + sum(map(len, self._chunks))
+
+    def add_many(self, keys: list[bytes]) -> None:
+        """Insert the keys (distinct, none present yet)."""
+        if keys:
+            self._chunks.append(list(keys))
+
+    def _waiting(self) -> dict[bytes, None]:
+        """Every pending key, as one set (built when a single key must be found among them)."""
+        if self._chunks:
+            for c in self._chunks:
+                self._pending.update(dict.fromkeys(c))
+            self._chunks = []
+        return self._pending
 
     def add(self, key: bytes) -> None:
         """Insert ``key`` (the caller guarantees it is not present)."""
+        if self._pending or self._chunks:
+            self._waiting()[key] = None
+            return
         if not self._maxes:
             self._lists.append([key]); self._maxes.append(key); self._len = 1
             return
@@ -47,7 +81,23 @@ class SortedKeys:
             self._maxes[i] = lst[-1]
             self._maxes.insert(i + 1, half[-1])
 
+    def _settle(self) -> None:
+        """Sort the pending keys in."""
+        pending = list(chain(self._pending, *self._chunks))
+        self._pending, self._chunks, self._scans = {}, [], 0
+        if not pending:
+            return
+        if len(pending) * 32 < self._len:
+            for k in pending:
+                self.add(k)
+            return
+        new = sorted(pending)
+        self._build(new if not self._len else list(heapq.merge(chain.from_iterable(self._lists), new)))
+
     def discard(self, key: bytes) -> None:
+        if (self._pending or self._chunks) and key in self._waiting():
+            del self._pending[key]
+            return
         i = bisect_left(self._maxes, key)
         if i == len(self._maxes):
             return
@@ -61,8 +111,34 @@ class SortedKeys:
             else:
                 del self._lists[i]; del self._maxes[i]
 
+    def discard_many(self, keys: list[bytes]) -> None:
+        """``discard`` each key; a large share of the set at once is filtered out in one pass."""
+        if len(keys) * 16 < len(self):
+            for k in keys:
+                self.discard(k)
+            return
+        drop = set(keys).__contains__
+        if self._pending or self._chunks:        # kept as one chunk of the survivors (no set built)
+            kept = list(filterfalse(drop, chain(self._pending, *self._chunks)))
+            self._pending, self._chunks = {}, ([kept] if kept else [])
+        if self._len:
+            self._build(list(filterfalse(drop, chain.from_iterable(self._lists))))
+
     def irange(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Keys k with start <= k < end (None = unbounded), in order."""
+        if self._pending or self._chunks:
+            if (len(self) - self._len < _SMALL_PENDING or (start is None and end is None)
+                    or self._scans >= _FILTERED_SCANS):
+                self._settle()
+            else:
+                self._scans += 1
+                sel = sorted(k for k in chain(self._pending, *self._chunks)
+                             if (start is None or k >= start) and (end is None or k < end))
+                base = self._irange(start, end)
+                return list(heapq.merge(base, sel)) if base and sel else (base or sel)
+        return self._irange(start, end)
+
+    def _irange(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         out: list[bytes] = []
         i = 0 if start is None else bisect_left(self._maxes, start)
         first = True
@@ -78,5 +154,6 @@ class SortedKeys:
         return out
 
     def __iter__(self):
+        self._settle()
         for lst in self._lists:
             yield from lst

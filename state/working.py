@@ -22,6 +22,7 @@ sha1(checkpoint url)[:16])`` (0700, refused when another user owns it or others 
 from __future__ import annotations
 
 import fcntl
+from collections import deque
 import json
 import os
 import shutil
@@ -108,11 +109,14 @@ class Working:
         """Apply the changes, the new meta and the lineage's changed entries in one WriteBatch.
         ``lineage`` is kept by reference: the caller replaces its lineage maps, never mutates them."""
         wb = WriteBatch(raw_mode=True)
-        for k, v in zip(keys, values):
-            if v is None:
-                wb.delete(k)
-            else:
-                wb.put(k, v)
+        if None in values:
+            for k, v in zip(keys, values):
+                if v is None:
+                    wb.delete(k)
+                else:
+                    wb.put(k, v)
+        else:
+            deque(map(wb.put, keys, values), maxlen=0)
         cf = self.meta_cf
         old = self.lineage if self._keyed else {}
         if lineage is not old:

@@ -186,6 +186,17 @@ class _Elsewhere:
     def multi_get(self, keys: list) -> list:
         return self._refuse() if keys else []
 
+    def put_many(self, keys: list, values: list) -> None:
+        if keys:
+            self._refuse()
+
+    def delete_many(self, keys: list) -> None:
+        if keys:
+            self._refuse()
+
+    def range_keys(self, start: Any, end: Any) -> list:
+        return []
+
     def range_scan(self, start: Any, end: Any):
         return iter(())
 

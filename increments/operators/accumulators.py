@@ -92,10 +92,17 @@ class Accumulators:
 
     def merge(self, new: pa.Table, old: list[tuple | None]) -> pa.Table:
         """Accumulators of `new` (columns __a<i>) merged with the old value tuples (None = new group)."""
+        return self.merge_columns(new, [pa.array([o[i] if o is not None else None for o in old], type=t)
+                                        for i, t in enumerate(self.types)],
+                                  pa.array([o is not None for o in old], pa.bool_()))
+
+    def merge_columns(self, new: pa.Table, old: list[pa.Array], existed: pa.Array) -> pa.Table:
+        """`merge` with the old values as columns (accumulator i of every group, null for a new
+        group) and whether each group was stored."""
         cols: dict[str, Any] = {f"__a{i}": new.column(f"__a{i}") for i in range(len(self.accs))}
         for i, t in enumerate(self.types):
-            cols[f"__o{i}"] = pa.array([o[i] if o is not None else None for o in old], type=t)
-        cols["__existed"] = pa.array([o is not None for o in old], pa.bool_())
+            cols[f"__o{i}"] = old[i] if old[i].type == t else old[i].cast(t)
+        cols["__existed"] = existed
         self._check_merge_overflow(cols)
         fast = self._merge_arrow(cols)
         if fast is not None:

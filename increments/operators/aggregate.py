@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.encoding import decode_value, encode_value
+from state.columnar import encode_keys
+from state.columnar_values import decode_values, encode_values
 
 from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec
@@ -39,7 +40,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .key_codec import columns_pylist, decode_rows, encode_rows, time_bound, to_arrays, us_to_ts, window_struct
+from .key_codec import decode_rows, time_bound, to_arrays, us_to_ts, window_struct
 from .partitioning import partition_ids, partition_sql, split_by_partition
 from .session_window import build_session_window
 from .state_util import write_schema_once
@@ -299,31 +300,29 @@ class WindowAggregateOp(PhysicalOp):
                 ctx.count_dropped(self, n_late)
                 partials = partials.filter(pc.invert(late))
         keycols = self._time_cols() + self.store_plain
-        emitted: list[tuple[list[tuple], list[pa.Array]]] = []   # (key tuples, acc arrays) per part
+        emitted: list[tuple[list[pa.Array], list[pa.Array]]] = []   # (key columns, acc columns) per part
         evict = self.watermarked and self.mode in ("append", "update")
         parts = split_by_partition(partials, len(stores))
-        touched: list[tuple[int, list, list[bytes]]] = []   # (partition, key columns, encoded keys)
-        old: list[tuple | None] = []
+        touched: list[tuple[int, pa.Table, list[bytes]]] = []   # (partition, its groups, their keys)
+        old: list[bytes | None] = []
         for p, part in enumerate(parts):
             if part.num_rows:
-                kcols = columns_pylist(part, keycols)
-                keys = encode_rows(kcols)
-                old += [None if v is None else decode_value(v) for v in stores[p].multi_get(keys)]
-                touched.append((p, kcols, keys))
-        if touched:  # one merge query for every partition's groups (rows in partition order)
+                keys = encode_keys([part.column(c) for c in keycols]) if keycols else [b""] * part.num_rows
+                old += stores[p].multi_get(keys)
+                touched.append((p, part, keys))
+        if touched:  # one merge for every partition's groups (rows in partition order), no Python per group
+            old_cols, existed = decode_values(old, self.acc.types)
             try:
-                merged = self.acc.merge(pa.concat_tables([part for part in parts if part.num_rows]), old)
+                merged = self.acc.merge_columns(pa.concat_tables([part for _, part, _ in touched]), old_cols, existed)
             except ArithmeticOverflowError as e:
                 raise self._overflow(ctx, e) from None
-            vals = list(zip(*[c.to_pylist() for c in merged.columns]))
+            values = encode_values(merged.columns)
             at = 0
-            for p, kcols, keys in touched:
-                put = stores[p].put
-                for k, v in zip(keys, vals[at:at + len(keys)]):
-                    put(k, encode_value(v))
+            for p, part, keys in touched:
+                stores[p].put_many(keys, values[at:at + len(keys)])
                 if self.mode == "update":
-                    emitted.append((list(zip(*kcols)), [merged.column(i).slice(at, len(keys))
-                                                        for i in range(merged.num_columns)]))
+                    emitted.append(([part.column(c) for c in keycols],
+                                    [merged.column(i).slice(at, len(keys)) for i in range(merged.num_columns)]))
                 at += len(keys)
         for store in stores:
             if evict:
@@ -372,26 +371,37 @@ class WindowAggregateOp(PhysicalOp):
             return None
         return self._columns_read(needed)
 
-    def _from_state(self, rows: list[tuple[bytes, bytes]]) -> tuple[list[tuple], list[pa.Array]]:
-        keys, values = decode_rows(rows)
-        return keys, to_arrays(values, self.acc.types)
+    def _key_types(self) -> list[pa.DataType]:
+        cs = self.children[0].schema
+        return [pa.int64()] * len(self._time_cols()) + [cs.field(k).type for k in self.store_plain]
 
-    def _result(self, parts: list[tuple[list[tuple], list[pa.Array]]]) -> pa.Table:
-        keys = [k for ks, _ in parts for k in ks]
-        if not keys:
+    def _from_state(self, rows: list[tuple[bytes, bytes]]) -> tuple[list[pa.Array], list[pa.Array]]:
+        keys, values = decode_rows(rows)
+        return to_arrays(keys, self._key_types()), to_arrays(values, self.acc.types)
+
+    def _result(self, parts: list[tuple[list[pa.Array], list[pa.Array]]]) -> pa.Table:
+        """The output rows of the parts: (key columns in state-key order: time columns as int us,
+        then the plain keys; accumulator columns)."""
+        parts = [(ks, arrs) for ks, arrs in parts if arrs and len(arrs[0])]
+        if not parts:
             return self.schema.empty_table()
-        accs = [pa.concat_arrays([arrs[i].combine_chunks() if isinstance(arrs[i], pa.ChunkedArray) else arrs[i]
-                                  for ks, arrs in parts if ks]) for i in range(len(self.acc.types))]
+
+        def concat(cols: list) -> pa.Array:
+            cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
+            return cols[0] if len(cols) == 1 else pa.concat_arrays(cols)
+
+        types = self._key_types()
+        keys = [concat([ks[i].cast(t) for ks, _ in parts]) for i, t in enumerate(types)]
+        accs = [concat([arrs[i] for _, arrs in parts]) for i in range(len(self.acc.types))]
         cs = self.children[0].schema
         ntime = len(self._time_cols())
         by_name: dict[str, pa.Array] = {}
         if self.window:
-            by_name[self.window.name] = window_struct(pa.array([k[1] for k in keys], pa.int64()),
-                                                      pa.array([k[0] for k in keys], pa.int64()))
+            by_name[self.window.name] = window_struct(keys[1], keys[0])
         elif self.time_key:
-            by_name[self.time_key] = us_to_ts(pa.array([k[0] for k in keys], pa.int64()), cs.field(self.time_key).type)
+            by_name[self.time_key] = us_to_ts(keys[0], cs.field(self.time_key).type)
         for i, name in enumerate(self.store_plain):
-            by_name[name] = pa.array([k[ntime + i] for k in keys], cs.field(name).type)
+            by_name[name] = keys[ntime + i]
         cols = [by_name[k] for k in self.key_columns] + self.acc.finalize(accs)
         return pa.Table.from_arrays(cols, schema=self.schema)
 

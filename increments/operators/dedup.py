@@ -19,13 +19,17 @@ Recovery: state version N-1 is loaded and N committed by the engine, so a redo i
 """
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.encoding import decode_key, encode_key, encode_value
+from state.columnar import encode_keys
+from state.columnar_values import encode_values
+from state.encoding import encode_value
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
@@ -33,8 +37,8 @@ from ..redaction import logger as redacting_logger
 from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
-from .key_codec import columns_pylist, encode_rows, time_bound, refuse_map_keys
-from .partitioning import partition_sql, split_by_partition
+from .key_codec import time_bound, refuse_map_keys
+from .partitioning import partition_ids, partition_sql, split_by_partition
 from .state_util import side_stores, write_schema_once
 
 _EMPTY = encode_value(())
@@ -93,11 +97,39 @@ class DeduplicateOp(PhysicalOp):
             if n_late:
                 ctx.count_dropped(self, n_late)
                 table = table.filter(pc.invert(late))
-        keys = ([quote_ident(self.event_col)] if self.time_in_key else []) + [quote_ident(c) for c in self.key_cols]
+        names = ([self.event_col] if self.time_in_key else []) + list(self.key_cols)
+        fast = self._candidates_arrow(table, names, nparts)
+        return fast if fast is not None else self._candidates_sql(table, names, nparts)
+
+    def _candidates_sql(self, table: pa.Table, names: list[str], nparts: int) -> pa.Table:
+        keys = [quote_ident(c) for c in names]
         extra = f", epoch_us({quote_ident(self.event_col)}) AS __t" if self.event_col else ""
         return run_sql(f"SELECT *{extra}, {partition_sql(keys, nparts)} AS __p FROM __in "
                        f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY __rn) = 1 ORDER BY __rn",
                        {"__in": table})
+
+    def _candidates_arrow(self, table: pa.Table, names: list[str], nparts: int) -> pa.Table | None:
+        """The first row of each key in input order (the QUALIFY query's rows, same order, same
+        partitions) by Arrow's hash aggregation, for keys Arrow groups as DuckDB does (integers,
+        strings, booleans, dates, timestamps: no floats, whose NaN and -0.0 DuckDB groups its own way)."""
+        for c in names:
+            t = table.schema.field(c).type
+            if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                    or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)):
+                return None
+        ev = self.event_col
+        if ev is not None and table.schema.field(ev).type.unit != "us":
+            return None
+        try:
+            first = (table.select(names).append_column("__i", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+                     .group_by(names, use_threads=False).aggregate([("__i", "min")]))
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            return None
+        rows = first.column("__i_min")
+        out = table.take(rows.take(pc.sort_indices(rows)))      # in input (__rn) order
+        if ev is not None:                                       # epoch_us(event time)
+            out = out.append_column("__t", out.column(ev).cast(pa.int64()))
+        return out.append_column("__p", partition_ids(out, names, nparts))
 
     def execute(self, ctx: BatchContext) -> pa.Table:
         table = self.children[0].execute(ctx)
@@ -108,23 +140,19 @@ class DeduplicateOp(PhysicalOp):
         out = []
         for p, part in enumerate(split_by_partition(cand, len(stores))):
             store, idx = stores[p], (index[p] if index else None)
-            if part.num_rows:
-                kcols = columns_pylist(part, self.key_cols)
-                if self.time_in_key:
-                    kcols = [part.column("__t").to_pylist()] + kcols
-                keys = encode_rows(kcols)
-                fresh = [v is None for v in store.multi_get(keys)]
+            if part.num_rows:   # keys and values of whole columns (state.columnar), one bulk write per store
+                kcols = [part.column(c) for c in self.key_cols]
+                keys = encode_keys(([part.column("__t")] if self.time_in_key else []) + kcols)
+                fresh = np.fromiter(map(is_, store.multi_get(keys), repeat(None)), np.bool_, len(keys))
+                new_keys = list(compress(keys, fresh))
+                mask = pa.array(fresh, pa.bool_())
                 if self.within:
-                    expiry = pc.add(part.column("__t"), self.delay_us).to_pylist()
-                    for k, row, f, e in zip(keys, zip(*kcols), fresh, expiry):
-                        if f:
-                            store.put(k, encode_value((e,)))
-                            idx.put(encode_key((e,) + row), b"")
+                    expiry = pc.add(part.column("__t"), self.delay_us).filter(mask)
+                    store.put_many(new_keys, encode_values([expiry]))
+                    idx.put_many(encode_keys([expiry] + [c.filter(mask) for c in kcols]), [b""] * len(new_keys))
                 else:
-                    for k, f in zip(keys, fresh):
-                        if f:
-                            store.put(k, _EMPTY)
-                out.append(part.filter(pa.array(fresh, pa.bool_())))
+                    store.put_many(new_keys, [_EMPTY] * len(new_keys))
+                out.append(part.filter(mask))
             self._evict(ctx, store, idx)
         if not out:
             return self.schema.empty_table()
@@ -135,10 +163,10 @@ class DeduplicateOp(PhysicalOp):
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            pkeys = [encode_key(decode_key(kb)[1:]) for kb, _ in index.range_scan(None, end)]
-            for kb in pkeys:
-                store.delete(kb)
-            index.delete_range(None, end)
+            ikeys = index.range_keys(None, end)
+            if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
+                store.delete_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])
+                index.delete_many(ikeys)
         elif self.time_in_key:
             store.delete_range(None, end)
 

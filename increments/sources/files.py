@@ -474,7 +474,7 @@ class FileSource(Source):
 
     def _decode_ahead(self, key: str, columns: list[str] | None) -> pa.Table:
         table = self._decode(key, columns)
-        if self._prepare is not None:
+        if self._prepare is not None and self.max_files_per_trigger == 1:   # a batch is this very table
             try:
                 self._prepare(table)
             except Exception:  # noqa: BLE001 - the batch computes it again and raises there if it must

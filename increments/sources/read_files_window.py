@@ -83,6 +83,9 @@ class ReadFilesWindow:
             return
         first = self.upto + 1 if self.upto is not None else self._load_index(start)
         todo = list(range(first, start + 1))
+        if len(todo) == 1:                  # the usual plan: one entry, no pool to start and join
+            self._fold(todo[0], self._facts_of(todo[0]))
+            return
         with ThreadPoolExecutor(min(8, max(1, len(todo)))) as pool:
             for n, facts in zip(todo, pool.map(self._facts_of, todo)):
                 self._fold(n, facts)

@@ -64,3 +64,39 @@ def test_unbounded_dedup_is_warned(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         df.drop_duplicates(["id"]).write_stream.format("memory").query_name("dd_warn").build()
     assert "unbounded state" in caplog.text
+
+
+def test_candidates_by_arrow_are_the_qualify_query():
+    """The first row per key by Arrow's aggregation (integer, string, boolean, date and timestamp keys,
+    nulls among them) is the QUALIFY query's answer: same rows, order, event times and partitions."""
+    import datetime as dt
+
+    import numpy as np
+    import pyarrow as pa
+
+    from increments.operators.dedup import DeduplicateOp
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    ts = pa.array([None if i % 97 == 0 else dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+                   + dt.timedelta(seconds=int(s)) for i, s in enumerate(rng.integers(0, 50, n))],
+                  pa.timestamp("us", tz="UTC"))
+    table = pa.table({"i": pa.array([None if x == 0 else int(x) for x in rng.integers(0, 40, n)], pa.int64()),
+                      "s": pa.array([None if x == 0 else f"k{x}" for x in rng.integers(0, 7, n)]),
+                      "b": pa.array([None if x == 2 else bool(x) for x in rng.integers(0, 3, n)]),
+                      "d": pa.array([dt.date(2026, 1, 1 + int(x)) for x in rng.integers(0, 3, n)]),
+                      "ts": ts, "__rn": pa.array(np.arange(n, dtype=np.int64))}).filter(pa.array(rng.random(n) < 0.8))
+
+    for subset in (["i"], ["s", "b"], ["d", "i", "s"], ["ts", "s"]):
+        for within in (False, True):
+            if within and subset == ["ts", "s"]:
+                continue
+            op = DeduplicateOp.__new__(DeduplicateOp)
+            op.subset, op.within, op.event_col = subset, within, "ts"
+            op.time_in_key = not within and "ts" in subset
+            op.key_cols = [c for c in subset if c != "ts"]
+            names = (["ts"] if op.time_in_key else []) + op.key_cols
+            for parts in (1, 2, 5):
+                fast = op._candidates_arrow(table, names, parts)
+                assert fast is not None
+                assert fast.equals(op._candidates_sql(table, names, parts).cast(fast.schema)), (subset, within, parts)

@@ -235,8 +235,10 @@ def test_partition_ids_match_the_partition_sql():
     from increments.operators.partitioning import partition_ids, partition_sql
     from increments.sql import run_sql
     t = pa.table({"w": pa.array([-5, 0, 1762000000000000, None, 3], pa.int64()), "c": ["a", None, "c5", "é", ""],
-                  "f": [1.5, None, -0.0, 2.0, 1e20]})
-    for cols in (["w", "c"], ["c"], ["f", "c"]):
+                  "f": [1.5, None, -0.0, 2.0, 1e20],
+                  "i8": pa.array([-128, 127, None, 0, 5], pa.int8()),
+                  "u": pa.array([2 ** 64 - 1, 0, 2 ** 63, None, 7], pa.uint64())})
+    for cols in (["w", "c"], ["c"], ["f", "c"], ["i8"], ["u", "w", "c"], ["w"]):
         for n in (1, 2, 4, 7, 200):
             sql = partition_sql([f'"{c}"' for c in cols], n)
             assert partition_ids(t, cols, n).to_pylist() == run_sql(f"SELECT {sql} FROM __g", {"__g": t}).column(0).to_pylist()

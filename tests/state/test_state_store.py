@@ -570,3 +570,66 @@ def test_a_snapshot_s_temp_directory_left_by_a_crash_is_ignored_then_removed(tmp
     assert not os.path.exists(old) and os.path.exists(young)
     assert not [n for n in os.listdir(root) if n.startswith(".tmp-4.")]   # its own temp dir was renamed
     assert any(n.startswith("4.") and n.endswith(".snapshot") for n in os.listdir(root))
+
+
+def test_put_many_is_the_put_loop(make):
+    """A batch's groups written in bulk (put_many, after multi_get as the operators do) leave the
+    same content, row counts, ordered scans, changelog and abort as one put per key, on every
+    provider, whether the keys are new, stored, or already changed in the batch."""
+    p = make()
+    s = p.open("op", 0, -1)
+    first = [K((i,)) for i in range(0, 6000, 2)]              # 3000 new keys (bulk: sorted in lazily)
+    assert s.multi_get(first[:5]) == [None] * 5
+    s.put_many(first, [b"a%d" % i for i in range(len(first))])
+    s.put(K((1,)), b"single")
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_updated) == (3001, 3001)
+    assert [k for k, _ in s.range_scan(K((10,)), K((15,)))] == [K((10,)), K((12,)), K((14,))]
+    s.commit(0)
+    model = {k: b"a%d" % i for i, k in enumerate(first)} | {K((1,)): b"single"}
+    # batch 1: stored keys, new keys and keys the batch already changed, in one put_many
+    s.put(K((4,)), b"changed"); s.delete(K((6,)))
+    keys = [K((i,)) for i in range(0, 12, 1)] + [K((7001,))]
+    old = s.multi_get(keys)
+    assert old[0] == model[K((0,))] and old[1] == b"single" and old[4] == b"changed" and old[6] is None
+    s.put_many(keys, [b"b" + k for k in keys])
+    model.pop(K((6,)))
+    model.update({k: b"b" + k for k in keys})
+    m = s.metrics()
+    assert m.num_rows_total == len(model)
+    assert content(s) == model
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+    s.commit(1)
+    s.put_many([K((99999,))], [b"gone"])
+    s.abort()
+    assert content(s) == model and s.metrics().num_rows_total == len(model)
+    s.close()
+    fresh = make(local="w2").open("op", 0, 1)
+    assert content(fresh) == model and fresh.metrics().num_rows_total == len(model)
+
+
+def test_delete_many_is_the_delete_loop(make):
+    """Eviction in bulk (delete_many, and delete_range through it) removes what one delete per key
+    removes: stored keys, keys the batch put, keys that are absent; counts each removed row once."""
+    p = make()
+    s = p.open("op", 0, -1)
+    s.put_many([K((i,)) for i in range(5000)], [b"v%d" % i for i in range(5000)])
+    s.commit(0)
+    s.put(K((7000,)), b"new")                                  # put in this batch, then deleted in bulk
+    s.put(K((3,)), b"changed")
+    gone = [K((i,)) for i in range(0, 4000)] + [K((7000,)), K((9999,))]   # 9999 is absent
+    s.delete_many(gone)
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_removed) == (1000, 4001)
+    assert [k for k, _ in s.iter_all()] == [K((i,)) for i in range(4000, 5000)]
+    assert s.delete_range(K((4500,)), None) == 500
+    assert s.metrics().num_rows_total == 500
+    s.commit(1)
+    s.close()
+    fresh = make(local="w2").open("op", 0, 1)
+    assert content(fresh) == {K((i,)): b"v%d" % i for i in range(4000, 4500)}
+    fresh.close()
+    again = p.open("op", 0, 0)                                 # abort of a bulk delete
+    again.delete_many([K((i,)) for i in range(10)])
+    again.abort()
+    assert len(content(again)) == 5000 and again.metrics().num_rows_total == 5000
