@@ -22,6 +22,10 @@ def test_the_subset_passes_at_the_declared_minimum_versions():
     env.pop("PYTHONPATH", None)               # the floors' venv, not this one's packages
     proc = subprocess.run(["bash", os.path.join(REPO, ".ci", "min-versions")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=3500)
-    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-60:])
-    assert proc.returncode == 0, f".ci/min-versions failed (exit {proc.returncode}):\n{tail}"
-    assert " passed" in tail and "dependencies at their declared minimum versions" in proc.stdout + proc.stderr
+    # pytest's summary is the last line of stdout; pip's build warnings go to stderr, so the two
+    # streams are read apart (a tail of both together ended in pip's warnings and missed the summary)
+    out_tail = "\n".join(proc.stdout.splitlines()[-40:])
+    err_tail = "\n".join(proc.stderr.splitlines()[-20:])
+    assert proc.returncode == 0, f".ci/min-versions failed (exit {proc.returncode}):\n{out_tail}\n{err_tail}"
+    assert "dependencies at their declared minimum versions" in proc.stdout + proc.stderr, out_tail
+    assert " passed" in out_tail and " failed" not in out_tail, f"{out_tail}\n{err_tail}"
