@@ -151,6 +151,20 @@ def pending_work(rt: Any, probe: bool = False) -> bool:
     return steps._time_based_work(rt, last_off, watermark, int(time.time() * 1000))
 
 
+def changed_since_read(rt: Any) -> list[tuple[bool, str]]:
+    """Input the committed batches read that changed since (a file that grew or was rewritten),
+    side-effect free, for the trigger sensor when there is no new data: (fails, message) per change,
+    `fails` when the next plan fails on it (Source.changed_since_read)."""
+    last_off = rt.log.latest_offsets()
+    if last_off is None or not last_off.end:
+        return []
+    out = []
+    for i, src in enumerate(rt.sources):
+        for fails, msg in src.changed_since_read(last_off.end.get(str(i))):
+            out.append((fails, src.fail(msg)))
+    return out
+
+
 def offsets_text(entry: Any) -> str:
     """'0: -1 -> 3; 1: {...} -> {...}' (compact, for tags and tables)."""
     parts = []

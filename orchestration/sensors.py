@@ -11,6 +11,12 @@ Each tick (at most every `sensor_interval_s`, >= 5 s, the processing-time interv
                                                                   webhook is called once
     an AvailableNow drain is active                            -> request batch N with the drain
     processing_time trigger and new data / time-based work     -> request batch N
+    ... no new data, but a file a batch read changed since
+      (the plan's read-files window check, side-effect free)   -> request batch N: its plan fails naming
+                                                                  the file, the query halts; with
+                                                                  fail_on_data_loss=False (or a window of
+                                                                  0: no plan checks) no run, the skip
+                                                                  reason names the file
     otherwise                                                  -> skip (nothing to do)
     the query cannot be built (e.g. its upstream Delta table
       does not exist yet)                                      -> skip, naming the error
@@ -177,7 +183,12 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
                                      f"with job {spec.key}_available_now or its schedule")
             if redo or runner.pending_work(rt):
                 return batch_request(spec, context.instance, nxt, None)
-            return dg.SkipReason(f"query {spec.name}: no new data and no time-based work after batch {nxt - 1}")
+            changed = runner.changed_since_read(rt)     # a file read before that changed since
+            if any(fails for fails, _ in changed):
+                return batch_request(spec, context.instance, nxt, None)     # its plan fails naming it
+            kept = "".join(f"; {msg}" for _, msg in changed)
+            return dg.SkipReason(redact(f"query {spec.name}: no new data and no time-based work after batch "
+                                        f"{nxt - 1}{kept}"))
         finally:
             runner.close_quietly(rt)
 

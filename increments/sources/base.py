@@ -138,5 +138,13 @@ class Source(ABC):
         """What is available beyond `end` (for lag metrics), when the source can tell cheaply."""
         return None
 
+    def changed_since_read(self, end: Any) -> list[tuple[bool, str]]:
+        """Input read by batches up to `end` that changed since (rows no batch will read),
+        side-effect free (no log, no raise, nothing written): (whether the next plan fails on it,
+        a message naming it) per change. Asked by the Dagster trigger sensor when there is no new
+        data: a change the plan fails on gets a run (which fails naming it), another is named in
+        the skip reason. Default: nothing (a source whose input cannot change once read)."""
+        return []
+
     def fail(self, msg: str) -> str:
         return f"query {self.query_name!r}, source {self.index} ({self.description}): {msg}"

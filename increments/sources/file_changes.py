@@ -130,3 +130,43 @@ def report_change(src, name: str, was: tuple, got: tuple, when: str = "the previ
     log.warning("%s", src.fail(msg + " Going on (fail_on_data_loss=False)."))
     return True
 
+
+
+def changed_since_read(src, end: int) -> list[tuple[bool, str]]:
+    """Files read by the batches up to seen-files entry `end` that changed since, side-effect free
+    (Source.changed_since_read, for the Dagster trigger sensor when there is no new data): the
+    check the next plan makes (the read-files window, read_files_window.py), in a throw-away window,
+    with nothing logged, raised or written: (the next plan fails on it, message naming the file and
+    the batch that read it) per changed file. With changed_files_window=0 the plan checks nothing
+    (the next batch's read step checks the previous batch's files): those files are checked here,
+    reported as not failing a plan, so that the sensor names them without requesting a run that
+    would find nothing to do."""
+    if src._log is None or end is None or end < 0:
+        return []
+    from .read_files_window import ReadFilesWindow
+    found: list[tuple[bool, str]] = []
+    plan_fails = src.fail_on_data_loss and src.changed_files_window > 0
+    if src.fail_on_data_loss:
+        note = "" if plan_fails else (" (changed_files_window=0: no plan checks it, the next batch's read step "
+                                      "fails on it)")
+    else:
+        note = " (fail_on_data_loss=False: going on, its new rows are not read)"
+
+    def collect(src_, name, was, got, when):
+        if got[0] == was[0] and src_.root().is_local:
+            return False                # only touched: no change (report_change logs it)
+        what = f"size {was[0]} -> {got[0]} bytes" if got[0] != was[0] else "rewritten in place: same size, new etag"
+        found.append((plan_fails, f"file {src_.display(name)} changed after {when} ({what}){note}"))
+        return True
+    if src.changed_files_window > 0:
+        import random           # each tick checks another slice of the older files (read_files_window.py)
+        window = ReadFilesWindow(src, src.changed_files_window, cursor=random.randrange(src.changed_files_window))
+        window.check(end, src._log.last(end, src._rel), report=collect)
+        return found
+    was = _listed(src, end)
+    was.update({k: v for k, v in _as_read(src, end).items() if k in was})
+    now = file_facts(src, [end], list(was))
+    for name in sorted(was):
+        if now.get(name) is not None and now[name] != was[name]:
+            collect(src, name, was[name], now[name], "the previous batch read it")
+    return found

@@ -50,7 +50,7 @@ from ..redaction import logger as redacting_logger
 from ..storage import Location, ObjectInfo
 from ..types import parse_schema
 from . import file_formats
-from .file_changes import check_unchanged
+from .file_changes import changed_since_read, check_unchanged
 from .file_listing import LocalCopy, concatenated, name_matches, split_glob, within_bytes
 from .base import Source
 from .prefetch import ReadAhead
@@ -390,6 +390,9 @@ class FileSource(Source):
     # -- files that changed after they were read (sources/file_changes.py) ------------------------
     def _check_unchanged(self, start: int, end: int) -> list[str]:
         return check_unchanged(self, start, end)
+
+    def changed_since_read(self, end: int) -> list[str]:
+        return changed_since_read(self, end)
 
     def locate(self, start: int, end: int, needles: list[bytes]) -> str | None:
         """'file F, line L': the first line of the files of batches (start, end] holding one of

@@ -21,7 +21,11 @@ an idle trigger), so a change seen after several later batches, or to the only f
              file counted in the next batch's read metrics (changed_files), and its new facts the
              baseline from then on; a file gone, or only touched (same size, new mtime), is no loss
 
-A fresh process (a Dagster run: one per batch) does not read W entries back: at every commit
+A fresh process (a Dagster run: one per batch) starts its slice where a process that planned every
+batch would have it (entry number x SLICE), so successive runs move it on as one process does; a
+trigger sensor's tick (the same check, side-effect free, when there is no new data:
+file_changes.changed_since_read) starts it at a random place, as its ticks do not move the entry
+number on. A fresh process does not read W entries back: at every commit
 whose entry number is a multiple of INDEX_EVERY the window is written to
 sources/<i>/window/<n>.json (create-only; its content is a function of committed entries), and a
 plan loads the newest such index at or below its start entry plus the entries after it.
@@ -52,14 +56,16 @@ INDEX_EVERY = 32
 class ReadFilesWindow:
     """The facts of the last `size` files read (module doc) for one FileSource."""
 
-    def __init__(self, src: Any, size: int):
+    def __init__(self, src: Any, size: int, cursor: int | None = None):
         self.src, self.size = src, int(size)
         self.facts: OrderedDict[str, tuple] = OrderedDict()   # name -> facts, oldest entry first
         self.entry_of: dict[str, int] = {}
         self.upto: int | None = None            # the last entry folded in
         self.reported: dict[str, tuple] = {}    # name -> facts warned about (fail_on_data_loss=False)
         self.pending: list[str] = []            # changed files for the next batch's read metrics
-        self.cursor = 0                         # where among the older files the next plan's slice starts
+        #: where among the older files the next plan's slice starts (None: at the first plan, from
+        #: its entry number, as if this process had planned every batch)
+        self.cursor = cursor
 
     # -- the window ---------------------------------------------------------------------------
     def _facts_of(self, n: int) -> dict[str, tuple]:
@@ -134,9 +140,15 @@ class ReadFilesWindow:
             self.src.own_files().delete(f"window/{stale}.json")
 
     # -- the check ----------------------------------------------------------------------------
-    def check(self, start: int, last: str | None) -> list[Any] | None:
+    def check(self, start: int, last: str | None, report: Any = report_change) -> list[Any] | None:
         """Check the window at a plan from entry `start` (module doc). Returns the listing of the
-        names after `last` it made (the plan's new files), or None when it listed nothing."""
+        names after `last` it made (the plan's new files), or None when it listed nothing.
+        `report(src, name, was, got, when)` is told of each change (default report_change: raise
+        or warn); True: a change it counted."""
+        if self.cursor is None:
+            # a fresh process (every Dagster run) starts its slice of the older files where a
+            # process that planned every batch would be, so successive runs move it on
+            self.cursor = max(start, 0) * SLICE
         self.advance(start)
         if not self.facts:
             return None
@@ -170,7 +182,7 @@ class ReadFilesWindow:
             n = self.entry_of.get(name, start)
             when = ("the previous batch read it" if n == start else
                     f"the batch of seen-files entry {n} read it ({start - n} batches before the previous one)")
-            if report_change(src, name, was, got, when):       # raises unless fail_on_data_loss=False
+            if report(src, name, was, got, when):       # raises unless fail_on_data_loss=False
                 self.reported[name] = got
                 self.pending.append(src.display(name))
             self.facts[name] = got              # the baseline from now on (also a file only touched)

@@ -123,15 +123,16 @@ def test_listing_asks_only_for_keys_after_the_last_one_read(s3_bucket, fetch_dir
     assert src.backlog(0) == {"files_pending": 2} and src.backlog(1) == {"files_pending": 0}
     # with the check of the files read (the default window): two listings a plan whatever the
     # window: from the last 1,000 files read on (new files included: the plan's listing too), and
-    # one page of 1,000 at the slice of older files that moves on at each plan
+    # one page of 1,000 at the slice of older files that moves on at each plan (a fresh process
+    # starts it at entry x 1,000, here 1,000 of the 1,102 older files, as if it had planned each batch)
     win = _source(f"{s3_bucket}/in", f"{s3_bucket}/chk")
     list_calls.clear()
     assert win.latest_offset(1) == 1
     assert [(c[1][0], c[1][-1], len(c[1])) for c in list_calls] == [
-        ("f01102.json", "f99999.json", 1000), ("f00000.json", "f00999.json", 1000)]
+        ("f01102.json", "f99999.json", 1000), ("f01000.json", "f01101.json", 102)]
     list_calls.clear()
     assert win.latest_offset(1) == 1
-    assert [c[1][0] for c in list_calls] == ["f01102.json", "f01000.json"]
+    assert [(c[1][0], len(c[1])) for c in list_calls] == [("f01102.json", 1000), ("f00000.json", 1000)]
 
 
 def test_many_local_files_list_only_the_new_ones(tmp_path):
