@@ -79,6 +79,20 @@ class IcebergSink(Sink):
         t = self._load()
         return t is not None and I.MARKER_PREFIX + query_id in t.properties
 
+    def foreign_output(self, query_id: str) -> str | None:
+        """The table holds snapshots and no marker of this query id: other writers' (other queries'
+        markers named with their last batch ids)."""
+        t = self._load()
+        if t is None or I.MARKER_PREFIX + query_id in t.properties or t.current_snapshot() is None:
+            return None
+        others = sorted((k[len(I.MARKER_PREFIX):], v) for k, v in t.properties.items() if k.startswith(I.MARKER_PREFIX))
+        named = (", ".join(f"query id {q} (batches up to {b})" for q, b in others) if others else "other writers")
+        what = ("each batch replaces the whole table, their rows included" if self.ctx.output_mode == "complete"
+                else "this query's batches are added to it (its marker, table property "
+                     f"{I.MARKER_PREFIX}{query_id}, is keyed by its query id: none of its batches is skipped)")
+        return (f"{self.description} already holds snapshot {t.current_snapshot().snapshot_id} with the output of "
+                f"{named}; {what}. Write to a new table to keep them apart.")
+
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """Module doc: skip what the marker holds, else one commit (retried after a concurrent
         commit of another writer, the marker checked again)."""

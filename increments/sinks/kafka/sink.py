@@ -45,7 +45,7 @@ from ...options import sink_options
 from ...redaction import logger as redacting_logger
 from ..base import Sink, SinkContext, SinkResult
 from . import rows as R
-from .transactions import MARKER_TOPIC, Marker, ensure_topic, kafka_error, probe_cached
+from .transactions import MARKER_TOPIC, Marker, ensure_topic, kafka_error, probe_cached, shared_conf
 
 log = redacting_logger("increments.sinks.kafka")
 GUARANTEES = ("exactly_once", "at_least_once")
@@ -122,6 +122,32 @@ class KafkaSink(Sink):
             return m.last_batch() is not None
         finally:
             m.close()
+
+    def foreign_output(self, query_id: str) -> str | None:
+        """The topic (option `topic`; a topic column cannot be known before the rows) holds records
+        and this query id's marker none: other producers' records."""
+        if not self.topic or self.holds_query(query_id):
+            return None
+        from confluent_kafka import Consumer, TopicPartition
+        c = Consumer({**shared_conf(self.conf), "group.id": f"{self.prefix}{query_id}-look",
+                      "enable.auto.commit": False})
+        try:
+            meta = c.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            if meta is None or meta.error is not None:
+                return None
+            held = 0
+            for p in meta.partitions:
+                lo, hi = c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+                held += max(0, hi - lo)
+        finally:
+            c.close()
+        if not held:
+            return None
+        return (f"{self._where()}: topic {self.topic!r} already holds records of other producers ({held} offsets, "
+                f"transaction markers included; no batch "
+                f"marker of this query id, {query_id}, in group {self.prefix}{query_id}); this query's records are "
+                "added after them (its transactional id and marker are keyed by its query id: none of its batches "
+                "is skipped), so a reader from the beginning sees both. Write to a new topic to keep them apart.")
 
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """Module doc: skip what the marker holds, else one transaction (or, at least once, one
