@@ -1,7 +1,8 @@
 """Issue 28 item 2: a lost log together with log.json, or a checkpoint written before log.json moved
 to an empty log_url, is refused when the checkpoint (sources/, state/, staging/) or the sink shows
 the query ran; the message names what was found and `increments migrate-log`. Real SQLite and
-PostgreSQL logs, a real Delta sink."""
+PostgreSQL logs, a real Delta sink; the other sinks' markers (Parquet manifests, PostgreSQL marker
+row, Iceberg table property, Kafka marker group) as the only evidence."""
 from __future__ import annotations
 
 import json
@@ -123,3 +124,46 @@ def test_a_checkpoint_that_never_ran_a_batch_still_starts_on_a_new_log(paths, tm
     _files(inp, 0, 1)
     _run(inp, chk, out, log_url="sqlite:///" + str(tmp_path / "new.sqlite"))
     assert _rows(out) == 3
+
+
+def _sink_target(fmt, tmp_path, request):
+    """(start target, options) of a sink of format `fmt` whose evidence outlives the checkpoint's log."""
+    import uuid
+    if fmt == "parquet":
+        return str(tmp_path / "out"), {}
+    if fmt == "postgres":
+        return None, {"url": request.getfixturevalue("pg_url"), "table": "lost_" + uuid.uuid4().hex[:8]}
+    if fmt == "iceberg":      # a catalog of its own (the default one lives in the query's log, lost with it)
+        return "lake.lost", {"catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+                                         "warehouse": f"file://{tmp_path}/wh"}}
+    from broker import create_topic
+    broker = request.getfixturevalue("kafka_txn_broker")
+    return None, {"kafka.bootstrap.servers": broker, "topic": create_topic(broker)}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "postgres", "iceberg", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_only_the_sinks_marker_shows_the_query_ran(tmp_path, fmt, request):
+    """sources/ gone too: a Parquet sink's _manifest entries of this query id, the PostgreSQL
+    sink's marker row, the Iceberg table's marker property, the Kafka marker group's offset."""
+    inp, chk = str(tmp_path / "in"), str(tmp_path / "chk")
+    target, opts = _sink_target(fmt, tmp_path, request)
+    _files(inp, 0, 2)
+
+    def start():
+        frame = inc.read_stream.files(inp, "json", SCHEMA, max_files_per_trigger=1)
+        if fmt == "kafka":
+            frame = frame.select("CAST(id AS VARCHAR) AS value")
+        w = (frame.write_stream.format(fmt).output_mode("append").checkpoint_location(chk).query_name("lost")
+             .trigger(available_now=True))
+        for k, v in opts.items():
+            w = w.option(k, v)
+        return w.start(target) if target else w.start()
+    q = start()
+    q.await_termination()
+    assert q.exception() is None
+    _lose_log(chk)
+    for d in ("sources", "state", "staging"):
+        shutil.rmtree(os.path.join(chk, d), ignore_errors=True)
+    with pytest.raises(inc.IncompatibleCheckpointError) as ei:
+        start()
+    assert f"the sink's output of query id {q.id}" in str(ei.value) and "migrate-log" in str(ei.value)
