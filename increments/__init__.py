@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import functions, storage
 from .api.reader import DataFrameReader, DataStreamReader
-from .errors import (AnalysisException, ArithmeticOverflowError, ConcurrentRunError, DataLossError, ExpectationFailed,
+from .errors import (AnalysisException, ArithmeticOverflowError, DivideByZeroError, ConcurrentRunError, DataLossError, ExpectationFailed,
                      IncompatibleCheckpointError, IncrementsError, MalformedInputError, StreamingQueryException)
 from .execution.listeners import StreamingQueryListener, StreamingQueryManager
 from .sinks import dead_letter
@@ -70,7 +70,7 @@ def _state_tokens(checkpoint, operator: str, version: int | None, log_url: str |
 
 __all__ = ["functions", "read_stream", "read", "streams", "read_state", "state_view", "memory_table",
            "memory_batches", "StreamingQueryListener", "AnalysisException", "ConcurrentRunError", "DataLossError",
-           "ExpectationFailed", "ArithmeticOverflowError",
+           "ExpectationFailed", "ArithmeticOverflowError", "DivideByZeroError",
            "IncompatibleCheckpointError", "IncrementsError", "MalformedInputError", "StreamingQueryException"]
 from .stateful_processor import (ExpiredTimerInfo, ListState, MapState, StatefulProcessor,  # noqa: E402
                                  StatefulProcessorHandle, TimerValues, ValueState)

@@ -70,3 +70,10 @@ class ArithmeticOverflowError(IncrementsError, ArithmeticError):
     """An integer result does not fit its type (a BIGINT sum, `x + 1` at the type's limit): the
     batch fails, as Spark 4 (ANSI mode, its default) raises ARITHMETIC_OVERFLOW, instead of
     wrapping around. The message names the query, batch, operator and column."""
+
+
+class DivideByZeroError(IncrementsError, ZeroDivisionError):
+    """A division or remainder by zero (`x / 0`, `x % y` with y = 0; integer, decimal or double):
+    the batch fails, as Spark 4 (ANSI mode, its default) raises DIVIDE_BY_ZERO or REMAINDER_BY_ZERO,
+    instead of giving Infinity or NaN. A NULL operand gives NULL; try_divide / try_mod give NULL for
+    a zero divisor. The message names the query, batch, stage and column (or filter)."""

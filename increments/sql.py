@@ -17,16 +17,31 @@ _db: duckdb.DuckDBPyConnection | None = None
 _db_lock = threading.Lock()
 
 
-def duckdb_connection() -> duckdb.DuckDBPyConnection:
+#: Spark's try_divide / try_mod: NULL for a zero divisor (the functions a DIVIDE_BY_ZERO error names)
+MACROS = ("CREATE OR REPLACE MACRO try_divide(a, b) AS CASE WHEN b = 0 THEN NULL ELSE a / b END",
+          "CREATE OR REPLACE MACRO try_mod(a, b) AS CASE WHEN b = 0 THEN NULL ELSE a % b END")
+
+
+def duckdb_connection(strict: bool = False) -> duckdb.DuckDBPyConnection:
+    """This thread's cursor. strict=True: one with DuckDB's IEEE floating-point mode off, where a
+    division or remainder by zero raises (Spark 4's ANSI DIVIDE_BY_ZERO) instead of giving
+    Infinity/NaN -- and so do sqrt/ln/acos/pow... outside their domain, which the default cursor
+    answers with NaN/Infinity as Spark does (operators/stateless.py runs a stage strictly, and again
+    on the default cursor when the strict run failed for another reason)."""
     global _db
-    con = getattr(_local, "con", None)
+    attr = "strict_con" if strict else "con"
+    con = getattr(_local, attr, None)
     if con is None:
         with _db_lock:
             if _db is None:
                 _db = duckdb.connect()
+                for m in MACROS:
+                    _db.execute(m)
             con = _db.cursor()
         con.execute("SET TimeZone='UTC'")
-        _local.con = con
+        if strict:
+            con.execute("SET ieee_floating_point_ops=false")
+        setattr(_local, attr, con)
     return con
 
 

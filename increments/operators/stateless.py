@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from ..errors import ArithmeticOverflowError, MalformedInputError
+from ..errors import ArithmeticOverflowError, DivideByZeroError, MalformedInputError
 from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
 from ..sql import duckdb_connection, quote_ident, run_sql
 from ..nested_json import json_to_sql
@@ -84,12 +84,17 @@ class SqlOp(PhysicalOp):
             cached = self._empty_answer
             if cached is not None and cached[0].equals(table.schema):
                 return cached[1]
-        try:
-            out = run_sql(self.sql, {"__in": table})
-        except Exception as e:  # duckdb errors: conversion errors in expressions etc.
-            if is_overflow(e):
-                raise self._overflow(ctx, table, e) from e
-            raise RuntimeError(ctx.where(f"{' -> '.join(self.labels)} failed: {e}")) from e
+        try:        # strictly first: a division by zero raises (sql.duckdb_connection)
+            out = run_sql(self.sql, {"__in": table}, duckdb_connection(strict=True))
+        except Exception as strict_error:  # noqa: BLE001 - duckdb errors: conversion errors in expressions etc.
+            if is_division_by_zero(strict_error):
+                raise self._divide_by_zero(ctx, table, strict_error) from strict_error
+            try:    # failed for another reason: sqrt(-1) & co. are NaN/Infinity in Spark, as on the default cursor
+                out = run_sql(self.sql, {"__in": table})
+            except Exception as e:
+                if is_overflow(e):
+                    raise self._overflow(ctx, table, e) from e
+                raise RuntimeError(ctx.where(f"{' -> '.join(self.labels)} failed: {e}")) from e
         if table.num_rows == 0 and out.num_rows == 0:
             self._empty_answer = (table.schema, out)
         return out
@@ -97,26 +102,26 @@ class SqlOp(PhysicalOp):
     def describe(self) -> str:
         return " -> ".join(self.labels)
 
-    def _overflow(self, ctx: BatchContext, table: pa.Table, e: Exception) -> ArithmeticOverflowError:
-        """The integer overflow `e` of this batch, naming the stage and the column (or filter) whose
-        expression overflowed: found by running the stages one at a time, then that stage's
-        expressions one at a time (only on this failure path)."""
+    def _locate(self, table: pa.Table, e: Exception, matches, con=None) -> tuple[str, str, Exception]:
+        """(stage, ", column 'c' (expr)" or ", in the filter condition ...", its error) of the error
+        `e` of this batch that `matches` (is_overflow, is_division_by_zero): found by running the
+        stages one at a time, then that stage's expressions one at a time (only on a failure path)."""
         where, rel = " -> ".join(self.labels), table
         column = ""
         for k, stage in enumerate(self.stages):
             try:
-                rel = run_sql(stage("__in"), {"__in": rel})
+                rel = run_sql(stage("__in"), {"__in": rel}, con)
                 continue
             except Exception as err:  # noqa: BLE001 - the stage that fails
-                if not is_overflow(err):
+                if not matches(err):
                     break
                 where, e = self.labels[k], err
             exprs = self.stage_exprs[k] if k < len(self.stage_exprs) else []
             for kind, expr in exprs:
                 try:
-                    run_sql(f"SELECT {expr} FROM __in", {"__in": rel})
+                    run_sql(f"SELECT {expr} FROM __in", {"__in": rel}, con)
                 except Exception as err:  # noqa: BLE001
-                    if not is_overflow(err):
+                    if not matches(err):
                         continue
                     if kind == "filter":
                         column = f", in the filter condition {expr}"
@@ -125,10 +130,28 @@ class SqlOp(PhysicalOp):
                         column = f", column {name!r} ({expr})"
                     break
             break
+        return where, column, e
+
+    def _overflow(self, ctx: BatchContext, table: pa.Table, e: Exception) -> ArithmeticOverflowError:
+        """The integer overflow `e` of this batch, naming the stage and the column (or filter)."""
+        where, column, e = self._locate(table, e, is_overflow)
         return ArithmeticOverflowError(ctx.where(
             f"{where}{column}: integer overflow: {str(e).splitlines()[0]} (Spark 4 raises ARITHMETIC_OVERFLOW here, "
             f"in ANSI mode, its default; the value does not wrap around). Compute it in a wider type (CAST(... AS "
             f"DOUBLE) or DECIMAL(38, 0)), or keep the values smaller; the batch is not committed."))
+
+    def _divide_by_zero(self, ctx: BatchContext, table: pa.Table, e: Exception) -> DivideByZeroError:
+        """The division (or remainder) by zero `e` of this batch, naming the stage and the column."""
+        where, column, e = self._locate(table, e, is_division_by_zero, duckdb_connection(strict=True))
+        first = str(e).splitlines()[0]
+        expr = first.split("Division by zero in expression", 1)[-1].split(". Use TRY", 1)[0].strip()
+        mod = "%" in expr or "fmod" in expr or "mod(" in expr
+        cls, fn = ("REMAINDER_BY_ZERO", "try_mod") if mod else ("DIVIDE_BY_ZERO", "try_divide")
+        what = "remainder" if mod else "division"
+        return DivideByZeroError(ctx.where(
+            f"{where}{column}: {what} by zero{(' in ' + expr) if expr else ''} (Spark 4 raises {cls} here, in ANSI "
+            f"mode, its default; the result is not Infinity, NaN or NULL). Use {fn}(a, b) to get NULL for a zero "
+            "divisor, or filter those rows out first; the batch is not committed."))
 
 
 def is_overflow(e: BaseException) -> bool:
@@ -138,6 +161,13 @@ def is_overflow(e: BaseException) -> bool:
     if isinstance(e, duckdb.OutOfRangeException):
         return True
     return isinstance(e, duckdb.ConversionException) and "out of range" in str(e) and "string" not in str(e).lower()
+
+
+def is_division_by_zero(e: BaseException) -> bool:
+    """DuckDB's error of a division or remainder by zero (any type on a strict cursor; an integer
+    or decimal remainder on the default one)."""
+    import duckdb
+    return isinstance(e, duckdb.InvalidInputException) and "Division by zero" in str(e)
 
 
 class WatermarkOp(PhysicalOp):
