@@ -15,7 +15,8 @@ also ``password=...`` pairs of libpq-style connection strings, and every secret 
 ``remember_secrets`` was told about or that sits in a cloud variable of the environment
 (AWS_*, AZURE_*, GOOGLE_*, GCS_*, GCP_* with a secret-looking name).
 
-``logger(name)`` is ``logging.getLogger(name)`` with a filter applying ``redact`` to each record's
+``redacted_exception(e)`` is an exception (and its chain) with redacted messages, for what stores a
+chain (a Dagster step failure). ``logger(name)`` is ``logging.getLogger(name)`` with a filter applying ``redact`` to each record's
 message and arguments: every module of increments gets its logger from it.
 """
 from __future__ import annotations
@@ -126,6 +127,34 @@ def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
     """`options` for display: secret-looking values masked, URLs in the others redacted."""
     return {k: (MASK if SECRET_KEY.search(str(k)) and not _NOT_SECRET_PARAM.match(str(k)) else
                 redact(v) if isinstance(v, str) else v) for k, v in (options or {}).items()}
+
+
+class _Redacted(Exception):
+    """Base of the stand-ins redacted_exception makes (named as the exception they stand for)."""
+
+
+def redacted_exception(e: BaseException, _depth: int = 0) -> BaseException:
+    """`e` itself when neither its message nor those of its causes and contexts carry a secret;
+    else a stand-in exception with the same class name and module, the redacted message, e's
+    traceback and the redacted chain -- for what records an exception with its chain (Dagster's
+    step failure keeps the cause's message and stack)."""
+    cause = e.__cause__
+    context = None if e.__suppress_context__ else e.__context__
+    new_cause = redacted_exception(cause, _depth + 1) if cause is not None and _depth < 8 else None
+    new_context = redacted_exception(context, _depth + 1) if context is not None and _depth < 8 else None
+    try:
+        msg = str(e)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails shows nothing
+        msg = ""
+    clean = redact(msg)
+    if clean == msg and new_cause is cause and new_context is context:
+        return e
+    cls = type(type(e).__name__, (_Redacted,), {"__module__": type(e).__module__,
+                                                 "__qualname__": type(e).__qualname__})
+    out = cls(clean).with_traceback(e.__traceback__)
+    out.__cause__, out.__context__ = new_cause, new_context
+    out.__suppress_context__ = e.__suppress_context__
+    return out
 
 
 class RedactingFilter(logging.Filter):

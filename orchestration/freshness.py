@@ -39,6 +39,8 @@ from typing import Any
 
 import dagster as dg
 
+from increments.redaction import redact
+
 from .assets import trigger_text
 
 CHECK = "freshness"
@@ -172,7 +174,8 @@ def commit_evaluation(spec: Any, rt: Any, grace: str | None = None) -> dg.AssetC
     try:
         passed, text, meta = evaluate(rt, rule, _now_ms())
     except Exception as e:  # noqa: BLE001 - the batch is committed; the sensor reports the check
-        passed, text, meta = True, f"not evaluated after the commit ({type(e).__name__}: {e}); the sensor reports it", {}
+        passed, text, meta = True, redact(f"not evaluated after the commit ({type(e).__name__}: {e}); the sensor "
+                                          "reports it"), {}
     return dg.AssetCheckEvaluation(asset_key=spec.sink_key, check_name=_check_name(spec), passed=passed,
                                    metadata=meta, severity=dg.AssetCheckSeverity.WARN, description=text)
 
@@ -196,7 +199,7 @@ def freshness_tick(spec: Any, rule: Rule, cursor: str | None, written: set | Non
     try:
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
     except Exception as e:  # noqa: BLE001 - e.g. the upstream table does not exist yet
-        return dg.SensorResult(skip_reason=f"query {spec.name} cannot be built: {type(e).__name__}: {e}")
+        return dg.SensorResult(skip_reason=redact(f"query {spec.name} cannot be built: {type(e).__name__}: {e}"))
     try:
         pending_since = state.get("pending_since")
         state.setdefault("watching_since", now)

@@ -42,6 +42,8 @@ from typing import Any
 
 import dagster as dg
 
+from .ops import redacted_errors
+
 MAINTENANCE_TAG = "increments/maintenance"
 OPTIONS = ("compact_cron", "compact_schedule_status", "compact_z_order", "compact_target_size", "vacuum_retention")
 DEFAULT_COMPACT_CRON = "0 3 * * *"
@@ -152,6 +154,7 @@ def compact_definitions(spec: Any, settings: CompactSettings, max_retries: int =
 
     @dg.op(name=f"{spec.key}__compact", retry_policy=dg.RetryPolicy(max_retries=max_retries, delay=2.0),
            description=f"Optimize ({what}) and vacuum ({settings.retention_hours} h) the Delta sink of {spec.name}.")
+    @redacted_errors
     def compact_op(context):
         m = compact_table(path, opts, settings)
         context.log.info(f"{spec.name}: {m['files_before']} files -> {m['files_after']} "
@@ -183,6 +186,7 @@ def iceberg_definitions(spec: Any, table: str, settings: CompactSettings, max_re
     @dg.op(name=f"{spec.key}__compact", retry_policy=dg.RetryPolicy(max_retries=max_retries, delay=2.0),
            description=f"Compact the small files of the Iceberg sink {table} of {spec.name} and expire snapshots "
                        f"older than {hours} h.")
+    @redacted_errors
     def compact_op(context):
         m = maintain_iceberg(spec, table, settings)
         context.log.info(f"{spec.name}: {m['files_before']} files -> {m['files_after']} ({m['files_removed']} "

@@ -18,6 +18,8 @@ from typing import Any
 
 import dagster as dg
 
+from .ops import redacted_errors
+
 
 def make_migrate_job(spec: Any) -> dg.JobDefinition:
     @dg.op(name=f"{spec.key}__migrate", config_schema={
@@ -25,6 +27,7 @@ def make_migrate_job(spec: Any) -> dg.JobDefinition:
         "backfill": dg.Field(str, default_value="earliest", description="earliest | from-sink"),
         "sink_check": dg.Field(bool, default_value=True)},
         description="Backfill the changed query on a new checkpoint, then switch its Delta sink over.")
+    @redacted_errors
     def migrate_op(context) -> dict:
         from increments.checkpoint.metadata import read_metadata
         from increments.lifecycle.migrate import migrate

@@ -28,6 +28,8 @@ import hashlib
 import json
 from typing import Any
 
+from increments.redaction import redact
+
 from .assets import _part
 
 
@@ -48,7 +50,7 @@ def source_state(rt: Any) -> list[dict[str, Any]]:
         try:
             out.append(_one(src, ends.get(str(i))))
         except Exception as e:  # noqa: BLE001 - an observation is advisory
-            out.append({"backlog": {}, "data_version": None, "error": f"{type(e).__name__}: {e}"[:300]})
+            out.append({"backlog": {}, "data_version": None, "error": redact(f"{type(e).__name__}: {e}")[:300]})
     return out
 
 

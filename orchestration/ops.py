@@ -29,7 +29,7 @@ from typing import Any
 
 import dagster as dg
 
-from increments.redaction import redact
+from increments.redaction import redact, redacted_exception
 
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
@@ -113,6 +113,27 @@ def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
     raise refusal(f"refused: {_short(reason)}")
 
 
+def redacted_errors(fn: Any) -> Any:
+    """An op body (not a generator) whose error reaches Dagster redacted: Dagster stores a failed
+    step's exception with its chain (messages and stacks), so a stand-in with redacted messages
+    (increments.redaction.redacted_exception) is raised instead of one that carries a secret.
+    The batch steps get this from `guarded`; the compact, migrate, purge and drain-start ops wear it."""
+    import functools
+
+    @functools.wraps(fn)
+    def op_body(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (dg.Failure, dg.RetryRequested):
+            raise                    # ours: built from redacted text, chains redacted by guarded
+        except Exception as e:  # noqa: BLE001 - re-raised below, redacted
+            clean = redacted_exception(e)
+            if clean is e:
+                raise
+        raise clean                  # outside the handler: no implicit context to the raw error
+    return op_body
+
+
 def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -> Any:
     """Run one step: (True, result); a run that lost the log's fence is refused (the step fails, never retried).
     Any other error: the runtime is dropped (a retry rebuilds it from the log); on the last
@@ -122,7 +143,7 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
     try:
         return fn()
     except ConcurrentRunError as e:
-        refuse(context, spec, str(e), batch_id)
+        refuse(context, spec, redact(str(e)), batch_id)
         raise
     except dg.Failure:
         raise
@@ -142,8 +163,9 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
             if failed_check is not None:
                 context.log_event(failed_check)
             record_halt(context, spec, batch_id, step, text, md)
+        # (the failure's cause is stored with the step's failure: its chain redacted too)
         raise dg.Failure(description=f"{where}, step {step} (attempt {attempt} of {spec.max_retries + 1}): {text}",
-                         metadata=md) from e
+                         metadata=md) from redacted_exception(e)
 
 
 def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: str, md: dict[str, Any]) -> None:
@@ -151,7 +173,7 @@ def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: 
     try:
         end_batch(context, spec, failed=True)        # a drain's backfill shows the failed batch
     except Exception as e:  # noqa: BLE001 - the halt below is what must be recorded
-        context.log.warning(f"could not record the failure in the drain's backfill: {e!r}")
+        context.log.warning(redact(f"could not record the failure in the drain's backfill: {e!r}"))
     _tag(context, {OUTCOME_TAG: "failed", ERROR_TAG: f"step {step}: {text}",
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
     where = error_location(text)

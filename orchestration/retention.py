@@ -27,6 +27,8 @@ from typing import Any
 
 import dagster as dg
 
+from .ops import redacted_errors
+
 JOB = "increments_retention"
 SCHEDULE = "increments_retention_schedule"
 CRON = "17 3 * * *"
@@ -106,6 +108,7 @@ def make_retention(queries: list[str], instigators: set[str], retention_days: in
            config_schema={"retention_days": dg.Field(float, description=(
                "Delete Dagster runs (with their events and check executions), drain backfills and ticks older than "
                "this many days"))})
+    @redacted_errors
     def purge_op(context):
         from .dagster_internals import CHECK_INDEX, ensure_storage_indexes
         if ensure_storage_indexes(context.instance):

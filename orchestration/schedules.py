@@ -15,10 +15,13 @@ from typing import Any
 
 import dagster as dg
 
+from .ops import redacted_errors
+
 
 def make_drain_job(spec: Any) -> dg.JobDefinition:
     @dg.op(name=f"{spec.key}__start_drain", description="Fix the AvailableNow targets of a new drain; record it as "
                                                         "a backfill and queue its first batch run.")
+    @redacted_errors
     def start_drain_op(context):
         from . import runner
         rt = runner.build_runtime(spec.writer_factory, spec.path, context.run_id, staging="memory")
