@@ -57,4 +57,22 @@ def run_sql(sql: str, tables: dict[str, pa.Table], con: duckdb.DuckDBPyConnectio
             con.unregister(name)
 
 
+def run_sql_ansi(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    """run_sql with Spark 4's ANSI division: on the strict cursor, where a division or remainder
+    by zero raises (is_division_by_zero tells that error); a failure for any other reason runs
+    again on the default cursor, whose answer (sqrt(-1) = NaN, as Spark's) or error counts."""
+    try:
+        return run_sql(sql, tables, duckdb_connection(strict=True))
+    except Exception as e:  # noqa: BLE001 - re-raised, or asked again below
+        if is_division_by_zero(e):
+            raise
+    return run_sql(sql, tables)
+
+
+def is_division_by_zero(e: BaseException) -> bool:
+    """DuckDB's error of a division or remainder by zero (any type on a strict cursor; an integer
+    or decimal remainder on the default one)."""
+    return isinstance(e, duckdb.InvalidInputException) and "Division by zero" in str(e)
+
+
 quote_ident = duckdb_ident      # the one DuckDB quoting helper (increments/identifiers.py)

@@ -31,7 +31,7 @@ import pyarrow as pa
 from ..errors import AnalysisException, ExpectationFailed
 from ..plan import nodes as n
 from ..sinks import quarantine as q
-from ..sql import run_sql
+from ..sql import is_division_by_zero, run_sql, run_sql_ansi
 from .base import BatchContext, PhysicalOp
 from .join_condition import qualify_sql
 
@@ -72,9 +72,12 @@ class ExpectOp(PhysicalOp):
             for e in self.expectations:
                 ctx.expectations[e.name] = e.report(0, 0)
             return table
-        try:
-            flags = run_sql(self._flags_sql, {"__in": table})
+        try:        # a division by zero in a condition raises, as in Spark (sql.run_sql_ansi)
+            flags = run_sql_ansi(self._flags_sql, {"__in": table})
         except Exception as err:  # duckdb: a conversion error in a condition
+            if is_division_by_zero(err):
+                from .stateless import divide_by_zero_error
+                raise divide_by_zero_error(ctx, self._dividing(table, err), err) from err
             raise RuntimeError(ctx.where(f"{self.describe()} failed: {err}")) from err
         oks = [np.asarray(flags.column(i).combine_chunks().to_numpy(zero_copy_only=False), dtype=bool)
                for i in range(len(self.expectations))]
@@ -93,6 +96,16 @@ class ExpectOp(PhysicalOp):
         if self.quarantine is not None:
             self._quarantine(ctx, table, oks, keep)
         return table.filter(pa.array(keep))
+
+    def _dividing(self, table: pa.Table, err: Exception) -> str:
+        """'expectation NAME (CONDITION)': the first one whose condition divides by zero (failure path)."""
+        for e in self.expectations:
+            try:
+                run_sql_ansi(f"SELECT ({e.condition}) FROM __in", {"__in": table})
+            except Exception as one:  # noqa: BLE001
+                if is_division_by_zero(one):
+                    return f"expectation {e.name!r} ({e.condition})"
+        return self.describe()
 
     def _fail(self, ctx: BatchContext, e: Expectation, table: pa.Table, ok: np.ndarray) -> None:
         bad = table.filter(pa.array(~ok))

@@ -14,7 +14,7 @@ import pyarrow.json as pajson
 
 from ..errors import ArithmeticOverflowError, DivideByZeroError, MalformedInputError
 from ..sources.file_formats import first_bad_json_row, has_wrong_json_types
-from ..sql import duckdb_connection, quote_ident, run_sql
+from ..sql import duckdb_connection, is_division_by_zero, quote_ident, run_sql, run_sql_ansi
 from ..nested_json import json_to_sql
 from ..types import Schema, is_nested
 from .base import BatchContext, EventTimeStats, PhysicalOp
@@ -84,17 +84,14 @@ class SqlOp(PhysicalOp):
             cached = self._empty_answer
             if cached is not None and cached[0].equals(table.schema):
                 return cached[1]
-        try:        # strictly first: a division by zero raises (sql.duckdb_connection)
-            out = run_sql(self.sql, {"__in": table}, duckdb_connection(strict=True))
-        except Exception as strict_error:  # noqa: BLE001 - duckdb errors: conversion errors in expressions etc.
-            if is_division_by_zero(strict_error):
-                raise self._divide_by_zero(ctx, table, strict_error) from strict_error
-            try:    # failed for another reason: sqrt(-1) & co. are NaN/Infinity in Spark, as on the default cursor
-                out = run_sql(self.sql, {"__in": table})
-            except Exception as e:
-                if is_overflow(e):
-                    raise self._overflow(ctx, table, e) from e
-                raise RuntimeError(ctx.where(f"{' -> '.join(self.labels)} failed: {e}")) from e
+        try:        # a division by zero raises, as in Spark (sql.run_sql_ansi)
+            out = run_sql_ansi(self.sql, {"__in": table})
+        except Exception as e:  # duckdb errors: conversion errors in expressions etc.
+            if is_division_by_zero(e):
+                raise self._divide_by_zero(ctx, table, e) from e
+            if is_overflow(e):
+                raise self._overflow(ctx, table, e) from e
+            raise RuntimeError(ctx.where(f"{' -> '.join(self.labels)} failed: {e}")) from e
         if table.num_rows == 0 and out.num_rows == 0:
             self._empty_answer = (table.schema, out)
         return out
@@ -143,15 +140,21 @@ class SqlOp(PhysicalOp):
     def _divide_by_zero(self, ctx: BatchContext, table: pa.Table, e: Exception) -> DivideByZeroError:
         """The division (or remainder) by zero `e` of this batch, naming the stage and the column."""
         where, column, e = self._locate(table, e, is_division_by_zero, duckdb_connection(strict=True))
-        first = str(e).splitlines()[0]
-        expr = first.split("Division by zero in expression", 1)[-1].split(". Use TRY", 1)[0].strip()
-        mod = "%" in expr or "fmod" in expr or "mod(" in expr
-        cls, fn = ("REMAINDER_BY_ZERO", "try_mod") if mod else ("DIVIDE_BY_ZERO", "try_divide")
-        what = "remainder" if mod else "division"
-        return DivideByZeroError(ctx.where(
-            f"{where}{column}: {what} by zero{(' in ' + expr) if expr else ''} (Spark 4 raises {cls} here, in ANSI "
-            f"mode, its default; the result is not Infinity, NaN or NULL). Use {fn}(a, b) to get NULL for a zero "
-            "divisor, or filter those rows out first; the batch is not committed."))
+        return divide_by_zero_error(ctx, f"{where}{column}", e)
+
+
+def divide_by_zero_error(ctx: BatchContext, where: str, e: Exception) -> DivideByZeroError:
+    """DivideByZeroError for DuckDB's division-by-zero error `e` at `where` (stage and column, an
+    expectation), with Spark 4's error class and the try_ function to use instead."""
+    first = str(e).splitlines()[0]
+    expr = first.split("Division by zero in expression", 1)[-1].split(". Use TRY", 1)[0].strip()
+    mod = "%" in expr or "fmod" in expr or "mod(" in expr
+    cls, fn = ("REMAINDER_BY_ZERO", "try_mod") if mod else ("DIVIDE_BY_ZERO", "try_divide")
+    what = "remainder" if mod else "division"
+    return DivideByZeroError(ctx.where(
+        f"{where}: {what} by zero{(' in ' + expr) if expr else ''} (Spark 4 raises {cls} here, in ANSI mode, its "
+        f"default; the result is not Infinity, NaN or NULL). Use {fn}(a, b) to get NULL for a zero divisor, or "
+        "filter those rows out first; the batch is not committed."))
 
 
 def is_overflow(e: BaseException) -> bool:
@@ -161,13 +164,6 @@ def is_overflow(e: BaseException) -> bool:
     if isinstance(e, duckdb.OutOfRangeException):
         return True
     return isinstance(e, duckdb.ConversionException) and "out of range" in str(e) and "string" not in str(e).lower()
-
-
-def is_division_by_zero(e: BaseException) -> bool:
-    """DuckDB's error of a division or remainder by zero (any type on a strict cursor; an integer
-    or decimal remainder on the default one)."""
-    import duckdb
-    return isinstance(e, duckdb.InvalidInputException) and "Division by zero" in str(e)
 
 
 class WatermarkOp(PhysicalOp):

@@ -108,3 +108,9 @@ def test_ieee_results_of_other_functions_are_kept(tmp_path):
     """sqrt(-1) is NaN in Spark and in DuckDB's IEEE mode: a stage that also divides keeps it."""
     got = _run(tmp_path, [[{**ROW, "d": -1.0, "y": 2}]], lambda f: f.select("k", "sqrt(d) AS s", "x / y AS r"), "ieee")
     assert math.isnan(got[0][0]["s"]) and got[0][0]["r"] == 3.5
+
+
+def test_in_an_expectation_the_error_names_it(tmp_path):
+    """An expectation's condition is an SQL expression too: x / y with y = 0 fails the batch."""
+    err = _fails(tmp_path, [[ROW]], lambda f: f.expect("positive", "x > 0").expect("ratio", "x / y < 2"), "expect")
+    assert "expectation 'ratio' (x / y < 2)" in str(err) and "DIVIDE_BY_ZERO" in str(err) and "batch 0" in str(err)
