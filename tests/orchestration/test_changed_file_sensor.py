@@ -122,3 +122,29 @@ def test_with_no_window_the_skip_reason_names_the_file(tmp_path):
 class _Spec:
     def __init__(self, name):
         self.key = self.name = name
+
+
+def test_ticks_check_another_slice_of_the_older_files_each_time(tmp_path, monkeypatch):
+    """Beyond the most recent files, a tick checks one slice of the older files (as a plan does);
+    each tick's slice starts at a random place, so a change among the older files is found within
+    a few ticks (with 4 older files and slices of 1 here: 1 in 4 per tick)."""
+    import random
+
+    from increments.sources import read_files_window as W
+    monkeypatch.setattr(W, "RECENT", 2)
+    monkeypatch.setattr(W, "SLICE", 1)
+    root = str(tmp_path)
+    landing = os.path.join(root, "landing")
+    os.makedirs(landing)
+    for i in range(6):                                   # one batch: f0..f5; f4, f5 the recent ones
+        _write(os.path.join(landing, f"f{i}.json"), range(i * 10, i * 10 + 10))
+    defs = _defs(root, "slices", landing)
+    sensor, job = defs.get_sensor_def("slices_trigger"), defs.get_job_def("slices_batch")
+    random.seed(28)
+    with dg.DagsterInstance.ephemeral() as inst:
+        job.execute_in_process(instance=inst)
+        _write(os.path.join(landing, "f2.json"), range(100, 130), mode="a")
+        ticks = 0
+        while not sensor.evaluate_tick(dg.build_sensor_context(instance=inst)).run_requests:
+            ticks += 1
+            assert ticks < 40, "no tick checked f2.json"
