@@ -10,6 +10,7 @@ since it was listed (a file fixed after a failed batch), what that read saw
 from __future__ import annotations
 
 import os
+import random
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import DataLossError
@@ -131,7 +132,6 @@ def report_change(src, name: str, was: tuple, got: tuple, when: str = "the previ
     return True
 
 
-
 def changed_since_read(src, end: int) -> list[tuple[bool, str]]:
     """Files read by the batches up to seen-files entry `end` that changed since, side-effect free
     (Source.changed_since_read, for the Dagster trigger sensor when there is no new data): the
@@ -159,7 +159,7 @@ def changed_since_read(src, end: int) -> list[tuple[bool, str]]:
         found.append((plan_fails, f"file {src_.display(name)} changed after {when} ({what}){note}"))
         return True
     if src.changed_files_window > 0:
-        import random           # each tick checks another slice of the older files (read_files_window.py)
+        # each tick checks another slice of the older files (read_files_window.py)
         window = ReadFilesWindow(src, src.changed_files_window, cursor=random.randrange(src.changed_files_window))
         window.check(end, src._log.last(end, src._rel), report=collect)
         return found

@@ -61,7 +61,8 @@ def _fails(tmp_path, files, build, name, **kw) -> inc.DivideByZeroError:
 
 def _committed(tmp_path, name) -> list[int]:
     chk = str(tmp_path / ("chk_" + name))
-    log = open_log(None, chk, json.load(open(os.path.join(chk, "metadata.json")))["id"])
+    with open(os.path.join(chk, "metadata.json")) as f:
+        log = open_log(None, chk, json.load(f)["id"])
     return [b for b in range(5) if log.get_commit(b) is not None]
 
 

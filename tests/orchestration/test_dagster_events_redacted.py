@@ -10,7 +10,6 @@ import os
 import dagster as dg
 import pyarrow as pa
 from dagster._serdes import serialize_value  # the stored form of the events (test only)
-
 from orch_testutil import write_files
 
 import increments as inc

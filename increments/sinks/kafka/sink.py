@@ -45,7 +45,14 @@ from ...options import sink_options
 from ...redaction import logger as redacting_logger
 from ..base import Sink, SinkContext, SinkResult
 from . import rows as R
-from .transactions import MARKER_TOPIC, Marker, ensure_topic, kafka_error, probe_cached, shared_conf
+from .transactions import (
+    MARKER_TOPIC,
+    Marker,
+    ensure_topic,
+    kafka_error,
+    probe_cached,
+    shared_conf,
+)
 
 log = redacting_logger("increments.sinks.kafka")
 GUARANTEES = ("exactly_once", "at_least_once")
