@@ -24,7 +24,7 @@ and the last (Python allocations only: RocksDB, DuckDB and Arrow's own memory ar
 Dagster's own share (--dagster): `--dagster-baseline OPS` runs, instead of the query, a trivial job
 of OPS ops (a chain of no-op ops; the last one logs an asset materialization and one asset check
 evaluation, as the batch job's commit does) on the same kind of instance (ephemeral, in-process
-execution, runs deleted as they end) at the same run rate (one run a second at most), with no feeder.
+execution, runs deleted as they end) at the same run rate (one run a second at most, or --runs-per-minute), with no feeder.
 `--with-baseline OPS` runs that baseline in a child process beside the query's soak, for the same
 minutes, and prints both reports and both slopes (same machine, same load). The soak deletes each
 run with its asset check executions, as retention.py does (instance.delete_run leaves them behind,
@@ -107,6 +107,47 @@ def malloc_trim() -> float:
     except OSError:
         return 0.0
     return before - rss_mb()
+
+
+def native_mb() -> dict[str, float]:
+    """Native memory the Python heap does not see: SQLite's (sqlite3_memory_used, every in-memory
+    database of the process: the ephemeral Dagster instance's storages) and RocksDB's shared block
+    cache and memtable budget (state/working.py)."""
+    import ctypes
+    out = {"sqlite": 0.0, "rocks_cache": 0.0, "rocks_memtables": 0.0}
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        out["sqlite"] = lib.sqlite3_memory_used() / 1e6
+    except OSError:
+        pass
+    try:
+        from state import working
+        if working._shared:
+            out["rocks_cache"] = working._shared["cache"].get_usage() / 1e6
+            out["rocks_memtables"] = working._shared["wbm"].get_usage() / 1e6
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        pass
+    return out
+
+
+def mappings() -> dict[str, float]:
+    """Resident memory by kind (anonymous vs file-backed, /proc/self/smaps_rollup) and the number of
+    memory mappings: a growing file-backed part or mapping count is memory-mapped files kept mapped."""
+    out = {"anon": 0.0, "file": 0.0, "maps": 0}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    out["anon"] = int(line.split()[1]) / 1024
+                elif line.startswith("Rss:"):
+                    out["file"] = int(line.split()[1]) / 1024
+        out["file"] -= out["anon"]
+        with open("/proc/self/maps") as f:
+            out["maps"] = sum(1 for _ in f)
+    except OSError:
+        pass
+    return out
 
 
 def type_counts() -> dict[str, int]:
@@ -288,14 +329,15 @@ def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
                 t0 = time.monotonic()
                 res = job.execute_in_process(instance=inst, raise_on_error=True)
                 run = inst.get_run_by_id(res.run_id)
-                last["batch_id"] = run.tags.get("increments/batch_id", last.get("batch_id"))
+                bid = run.tags.get("increments/batch_id")
+                last["batch_id"] = int(bid) if bid is not None else last.get("batch_id")
                 last["runs"] += 1
                 if args.dagster_baseline:
                     last["batch_id"] = last["runs"]
                 if not args.keep_check_executions:      # what retention.py deletes with a run
                     di.delete_check_executions(inst, [res.run_id])
                 inst.delete_run(res.run_id)
-                stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+                stop.wait(max(0.0, 60.0 / args.runs_per_minute - (time.monotonic() - t0)))
         except BaseException as e:  # noqa: BLE001 - reported by the sampler
             error.append(e)
     t = threading.Thread(target=loop, daemon=True)
@@ -331,6 +373,9 @@ def main() -> None:
                     help="with --dagster: a trivial job of OPS no-op ops instead of the query (Dagster's own memory)")
     ap.add_argument("--with-baseline", type=int, default=0, metavar="OPS",
                     help="with --dagster: run --dagster-baseline OPS in a child process beside this soak")
+    ap.add_argument("--runs-per-minute", type=float, default=60.0,
+                    help="with --dagster: at most this many runs a minute (default 60: the trigger's 1 s); "
+                         "--with-baseline passes it to the baseline")
     ap.add_argument("--keep-check-executions", action="store_true",
                     help="with --dagster: do not delete runs' asset check executions (delete_run leaves them)")
     ap.add_argument("--diagnose", action="store_true",
@@ -354,13 +399,17 @@ def main() -> None:
     if args.with_baseline:
         import subprocess
         cmd = [sys.executable, os.path.abspath(__file__), "--dagster", "--dagster-baseline", str(args.with_baseline),
-               "--minutes", str(minutes), "--warmup", str(args.warmup)] + (["--diagnose"] if args.diagnose else []) \
+               "--minutes", str(minutes), "--warmup", str(args.warmup),
+               "--runs-per-minute", str(args.runs_per_minute)] + (["--diagnose"] if args.diagnose else []) \
             + (["--keep-check-executions"] if args.keep_check_executions else [])
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        child_out = tempfile.TemporaryFile("w+")      # not a pipe: Dagster's logs would fill it and block the child
+        child = subprocess.Popen(cmd, stdout=child_out, stderr=subprocess.DEVNULL, text=True)
     load0 = os.getloadavg()
     samples: list[dict] = []
     snaps: list = []
     feeder = Feeder(args, os.path.join(work, "in"), bootstrap, topic)
+
+    diag_live = args.diagnose and not args.dagster_baseline
 
     def sample(progress, failed) -> None:
         t0 = time.monotonic()
@@ -384,6 +433,8 @@ def main() -> None:
                     s["py"] = tracemalloc.get_traced_memory()[0] / 1e6
                 else:
                     s["py"] = len(gc.get_objects()) / 1e3          # thousands of gc-tracked objects
+                s.update(native_mb())
+                s.update(mappings())
                 s["trim"] = malloc_trim()
                 s["rss_trim"] = rss_mb()
                 if INSTANCE:
@@ -391,6 +442,9 @@ def main() -> None:
                 if s["t"] >= args.warmup * 60 and not TYPES:
                     TYPES.append(type_counts())
             samples.append(s)
+            if diag_live:
+                print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
+                               if k != "inst"), flush=True)
             if args.tracemalloc and s["t"] >= args.warmup * 60 and not snaps:
                 import tracemalloc
                 snaps.append(tracemalloc.take_snapshot())
@@ -412,13 +466,17 @@ def main() -> None:
             broker.wait()
     ours = report(args, minutes, samples, snaps, load0)
     if child is not None:
-        out, _ = child.communicate()
+        child.wait()
+        child_out.seek(0)
+        out = child_out.read()
         print("\n-- the Dagster baseline beside it (child process):\n" + out.rstrip())
         import re
         m = re.search(r"memory slope after .*?: ([+-][0-9.]+) MB/min", out)
         theirs = float(m.group(1)) if m else float("nan")
+        per = re.search(r"([+-][0-9.]+) MB per 1,000 runs", out)
         print(f"\nslopes, same minutes and machine: the query's fanned-out runs {ours:+.2f} MB/min, "
-              f"the {args.with_baseline}-op no-op job {theirs:+.2f} MB/min; difference {ours - theirs:+.2f} MB/min")
+              f"the {args.with_baseline}-op no-op job {theirs:+.2f} MB/min"
+              + (f" ({per.group(1)} MB per 1,000 runs)" if per else ""))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -433,14 +491,14 @@ def report(args, minutes: float, samples: list[dict], snaps: list, load0: tuple 
           f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the start, {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")
     diag = args.diagnose
     print(f"{'min':>6} {'batch':>7} {'rss MB':>8} {'arrow':>6} {'duckdb':>6} {'fds':>5} {'thr':>4} {'chk MB':>7} "
-          f"{'state':>7} {'fed':>9}" + (f" {'py':>7} {'trim MB':>7} {'rss>trim':>8}" if diag else ""))
+          f"{'state':>7} {'fed':>9}" + (f" {'py':>7} {'trim MB':>7} {'rss>trim':>8} {'sqlite':>6}" if diag else ""))
     shown = -1
     for s in samples:
         if int(s["t"] // 60) != shown or s is samples[-1]:
             shown = int(s["t"] // 60)
             print(f"{s['t'] / 60:6.1f} {s['batch'] if s['batch'] is not None else '-':>7} {s['rss']:8.1f} "
                   f"{s['arrow']:6.1f} {s['duckdb']:6.1f} {s['fds']:5d} {s['threads']:4d} {s['chk']:7.1f} {s['state']:7d} {s['fed']:9d}"
-                  + (f" {s['py']:7.1f} {s['trim']:7.1f} {s['rss_trim']:8.1f}" if diag else ""))
+                  + (f" {s['py']:7.1f} {s['trim']:7.1f} {s['rss_trim']:8.1f} {s['sqlite']:6.1f}" if diag else ""))
     warm = [s for s in samples if s["t"] >= args.warmup * 60]
     if len(warm) < 2:
         print("too short for a slope after the warm-up")
@@ -451,11 +509,21 @@ def report(args, minutes: float, samples: list[dict], snaps: list, load0: tuple 
           f"(rss {warm[0]['rss']:.0f} -> {warm[-1]['rss']:.0f} MB; Arrow pool {slope(warm, 'arrow'):+.2f}, DuckDB "
           f"{slope(warm, 'duckdb'):+.2f} MB/min); fds {rng('fds')}, threads {rng('threads')}, "
           f"checkpoint {slope(warm, 'chk'):+.3f} MB/min ({warm[-1]['chk']:.1f} MB), state rows {rng('state')}"
-          + (f"; {runs / ((warm[-1]['t'] - warm[0]['t']) / 60):.1f} runs/min" if runs else ""))
+          + (f"; {runs / ((warm[-1]['t'] - warm[0]['t']) / 60):.1f} runs/min, "
+             f"{(warm[-1]['rss'] - warm[0]['rss']) / runs * 1000:+.1f} MB per 1,000 runs" if runs else ""))
     if diag:
         print(f"diagnose: python heap {slope(warm, 'py'):+.3f} {'MB' if args.tracemalloc else 'k objects'}/min; "
               f"RSS after malloc_trim(0) {slope(warm, 'rss_trim'):+.2f} MB/min; malloc_trim gave back "
-              f"{statistics.fmean(s['trim'] for s in warm):.1f} MB per sample on average")
+              f"{statistics.fmean(s['trim'] for s in warm):.1f} MB per sample on average; SQLite "
+              f"{slope(warm, 'sqlite'):+.2f} MB/min ({warm[0]['sqlite']:.1f} -> {warm[-1]['sqlite']:.1f} MB), RocksDB "
+              f"block cache {slope(warm, 'rocks_cache'):+.2f} ({warm[-1]['rocks_cache']:.1f} MB), memtables "
+              f"{slope(warm, 'rocks_memtables'):+.2f} MB/min ({warm[-1]['rocks_memtables']:.1f} MB); resident anonymous "
+              f"{slope(warm, 'anon'):+.2f} MB/min, file-backed {slope(warm, 'file'):+.2f} MB/min, mappings "
+              f"{warm[0]['maps']} -> {warm[-1]['maps']}")
+        for x in warm:
+            x["rest"] = x["anon"] - x["rocks_cache"] - x["rocks_memtables"] - x["sqlite"] - x["arrow"] - x["duckdb"]
+        print(f"diagnose: resident anonymous memory less RocksDB's cache and memtables, SQLite, Arrow and DuckDB: "
+              f"{slope(warm, 'rest'):+.2f} MB/min ({warm[0]['rest']:.1f} -> {warm[-1]['rest']:.1f} MB)")
         if warm[-1].get("inst"):
             a, b = warm[0]["inst"], warm[-1]["inst"]
             print("diagnose: the instance's storages after the warm-up -> at the end: "
