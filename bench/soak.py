@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/soak.py [--minutes 10 | --hours 4] [--source files|kafka] [--sink parquet|delta|discard]
                                    [--rate 800] [--files-per-second 4] [--keys 5000] [--warmup 3]
-                                   [--tracemalloc] [--dagster]
+                                   [--tracemalloc] [--dagster] [--dagster-baseline OPS] [--with-baseline OPS]
+                                   [--diagnose] [--keep-check-executions]
 
 The query: a windowed aggregation (with_watermark 10 s, 1-minute tumbling windows, group by the
 window and one of --keys keys, count and sum) in append mode, trigger processing_time="1 second",
@@ -19,6 +20,21 @@ samples after --warmup minutes, in MB per minute (0 is flat; the issue's probe s
 before the fixes), with the fds/threads/checkpoint range over the same span. With --tracemalloc
 it also prints the 15 allocation sites that grew most between the first sample after warm-up
 and the last (Python allocations only: RocksDB, DuckDB and Arrow's own memory are not traced).
+
+Dagster's own share (--dagster): `--dagster-baseline OPS` runs, instead of the query, a trivial job
+of OPS ops (a chain of no-op ops; the last one logs an asset materialization and one asset check
+evaluation, as the batch job's commit does) on the same kind of instance (ephemeral, in-process
+execution, runs deleted as they end) at the same run rate (one run a second at most, or --runs-per-minute), with no feeder.
+`--with-baseline OPS` runs that baseline in a child process beside the query's soak, for the same
+minutes, and prints both reports and both slopes (same machine, same load). The soak deletes each
+run with its asset check executions, as retention.py does (instance.delete_run leaves them behind,
+and an ephemeral instance keeps them in memory); `--keep-check-executions` leaves them, to see what
+they cost.
+
+`--diagnose` adds, per sample, the Python heap (tracemalloc's traced bytes when --tracemalloc, else
+the gc's object count), what malloc_trim(0) gives back (RSS before - after: freed memory glibc had
+kept, i.e. fragmentation rather than live data), and with --dagster the rows and SQLite pages of the
+ephemeral instance's storages; at the end the object types whose count grew most after the warm-up.
 
 The soak stops by itself (its duration) and stops the feeder, the query and the broker it started.
 """
@@ -80,6 +96,91 @@ def duckdb_mb() -> float:
         return (cur.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchone()[0] or 0) / 1e6
     finally:
         cur.close()
+
+
+def malloc_trim() -> float:
+    """RSS given back by glibc's malloc_trim(0) (MB): memory free in the allocator but kept mapped."""
+    import ctypes
+    before = rss_mb()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        return 0.0
+    return before - rss_mb()
+
+
+def native_mb() -> dict[str, float]:
+    """Native memory the Python heap does not see: SQLite's (sqlite3_memory_used, every in-memory
+    database of the process: the ephemeral Dagster instance's storages) and RocksDB's shared block
+    cache and memtable budget (state/working.py)."""
+    import ctypes
+    out = {"sqlite": 0.0, "rocks_cache": 0.0, "rocks_memtables": 0.0}
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        out["sqlite"] = lib.sqlite3_memory_used() / 1e6
+    except OSError:
+        pass
+    try:
+        from state import working
+        if working._shared:
+            out["rocks_cache"] = working._shared["cache"].get_usage() / 1e6
+            out["rocks_memtables"] = working._shared["wbm"].get_usage() / 1e6
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        pass
+    return out
+
+
+def mappings() -> dict[str, float]:
+    """Resident memory by kind (anonymous vs file-backed, /proc/self/smaps_rollup) and the number of
+    memory mappings: a growing file-backed part or mapping count is memory-mapped files kept mapped."""
+    out = {"anon": 0.0, "file": 0.0, "maps": 0}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    out["anon"] = int(line.split()[1]) / 1024
+                elif line.startswith("Rss:"):
+                    out["file"] = int(line.split()[1]) / 1024
+        out["file"] -= out["anon"]
+        with open("/proc/self/maps") as f:
+            out["maps"] = sum(1 for _ in f)
+    except OSError:
+        pass
+    return out
+
+
+def type_counts() -> dict[str, int]:
+    import gc
+    counts: dict[str, int] = {}
+    for o in gc.get_objects():
+        t = type(o)
+        name = f"{t.__module__}.{t.__qualname__}"
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def instance_rows(inst) -> dict[str, float]:
+    """Rows per table of an ephemeral instance's in-memory SQLite storages, and their size (MB)."""
+    import sqlalchemy as sa
+    out: dict[str, float] = {}
+    for label, storage in (("run", inst.run_storage), ("event", inst.event_log_storage),
+                           ("schedule", inst.schedule_storage)):
+        engine = getattr(storage, "_engine", None) or getattr(storage, "_held_conn", None)
+        if storage is None or engine is None:
+            continue
+        conn_cm = storage.connect() if label in ("run", "schedule") else storage.index_connection()
+        with conn_cm as conn:
+            pages = conn.execute(sa.text("PRAGMA page_count")).scalar() or 0
+            size = conn.execute(sa.text("PRAGMA page_size")).scalar() or 0
+            free = conn.execute(sa.text("PRAGMA freelist_count")).scalar() or 0
+            out[f"{label}_db_MB"] = round(pages * size / 1e6, 2)
+            out[f"{label}_free_MB"] = round(free * size / 1e6, 2)
+            for (name,) in conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type='table'")).fetchall():
+                n = conn.execute(sa.text(f'SELECT count(*) FROM "{name}"')).scalar()
+                if n:
+                    out[f"{label}.{name}"] = n
+    return out
 
 
 def du_mb(path: str) -> float:
@@ -173,22 +274,52 @@ def run_local(args, work: str, bootstrap, topic, sample) -> None:
         raise q.exception()
 
 
+def baseline_job(ops: int):
+    """A trivial job of `ops` no-op ops in a chain, in-process; the last logs one asset
+    materialization and one asset check evaluation (as the batch job's commit does)."""
+    import dagster as dg
+
+    def make(i: int):
+        @dg.op(name=f"noop_{i}", ins={"x": dg.In(dg.Nothing)} if i else {})
+        def noop(context):
+            if i == ops - 1:
+                context.log_event(dg.AssetMaterialization(asset_key="soak_baseline", metadata={"i": i}))
+                context.log_event(dg.AssetCheckEvaluation(asset_key=dg.AssetKey("soak_baseline"),
+                                                          check_name="baseline", passed=True))
+        return noop
+    chain = [make(i) for i in range(ops)]
+
+    @dg.job(name="soak_baseline", executor_def=dg.in_process_executor)
+    def job():
+        out = None
+        for op in chain:
+            out = op() if out is None else op(out)
+    return job
+
+
 def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
     """One in-process Dagster run of the query's fanned-out batch job (one partition op per state
     partition) per second, on one ephemeral instance (its run history is deleted as it goes, as a
-    deployment's retention would: it is Dagster's memory, not the query's)."""
+    deployment's retention would: it is Dagster's memory, not the query's). With
+    --dagster-baseline OPS the job is the trivial one of baseline_job instead of the query's."""
     import dagster as dg
 
-    from orchestration import build_definitions
+    from orchestration import dagster_internals as di
 
-    def factory():
-        return build(args, work, bootstrap, topic).option("state_partitions", 2).trigger(processing_time="1 second")
-    factory.__name__ = "soak"
-    defs = build_definitions([(factory, {"path": os.path.join(work, "out"), "sensor_status": "stopped",
-                                         "fanout": True})], asset_root=work)
-    job = defs.get_job_def("soak_batch")
+    if args.dagster_baseline:
+        job = baseline_job(args.dagster_baseline)
+    else:
+        from orchestration import build_definitions
+
+        def factory():
+            return build(args, work, bootstrap, topic).option("state_partitions", 2).trigger(processing_time="1 second")
+        factory.__name__ = "soak"
+        defs = build_definitions([(factory, {"path": os.path.join(work, "out"), "sensor_status": "stopped",
+                                             "fanout": True})], asset_root=work)
+        job = defs.get_job_def("soak_batch")
     inst = dg.DagsterInstance.ephemeral()
-    last: dict = {}
+    INSTANCE.append(inst)
+    last: dict = {"runs": 0}
     stop = threading.Event()
     error: list[BaseException] = []
 
@@ -198,9 +329,15 @@ def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
                 t0 = time.monotonic()
                 res = job.execute_in_process(instance=inst, raise_on_error=True)
                 run = inst.get_run_by_id(res.run_id)
-                last["batch_id"] = run.tags.get("increments/batch_id", last.get("batch_id"))
+                bid = run.tags.get("increments/batch_id")
+                last["batch_id"] = int(bid) if bid is not None else last.get("batch_id")
+                last["runs"] += 1
+                if args.dagster_baseline:
+                    last["batch_id"] = last["runs"]
+                if not args.keep_check_executions:      # what retention.py deletes with a run
+                    di.delete_check_executions(inst, [res.run_id])
                 inst.delete_run(res.run_id)
-                stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+                stop.wait(max(0.0, 60.0 / args.runs_per_minute - (time.monotonic() - t0)))
         except BaseException as e:  # noqa: BLE001 - reported by the sampler
             error.append(e)
     t = threading.Thread(target=loop, daemon=True)
@@ -210,6 +347,10 @@ def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
     finally:
         stop.set()
         t.join()
+
+
+INSTANCE: list = []     # the ephemeral instance of run_dagster (for --diagnose)
+TYPES: list = []        # gc object counts by type after the warm-up and at the end (--diagnose)
 
 
 def main() -> None:
@@ -226,7 +367,20 @@ def main() -> None:
     ap.add_argument("--query", choices=("window", "stateless"), default="window",
                     help="stateless: the same input, no aggregation (to tell the state's share)")
     ap.add_argument("--tracemalloc", action="store_true")
+    ap.add_argument("--tracemalloc-frames", type=int, default=25)
     ap.add_argument("--dagster", action="store_true", help="one in-process Dagster run per batch (fanned out)")
+    ap.add_argument("--dagster-baseline", type=int, default=0, metavar="OPS",
+                    help="with --dagster: a trivial job of OPS no-op ops instead of the query (Dagster's own memory)")
+    ap.add_argument("--with-baseline", type=int, default=0, metavar="OPS",
+                    help="with --dagster: run --dagster-baseline OPS in a child process beside this soak")
+    ap.add_argument("--runs-per-minute", type=float, default=60.0,
+                    help="with --dagster: at most this many runs a minute (default 60: the trigger's 1 s); "
+                         "--with-baseline passes it to the baseline")
+    ap.add_argument("--keep-check-executions", action="store_true",
+                    help="with --dagster: do not delete runs' asset check executions (delete_run leaves them)")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="per sample: Python heap, malloc_trim's give-back, instance rows; at the end the object "
+                         "types that grew")
     ap.add_argument("--work", default=None, help="working directory (default: a new temporary one, removed)")
     args = ap.parse_args()
     minutes = args.hours * 60 if args.hours is not None else args.minutes
@@ -240,14 +394,27 @@ def main() -> None:
         topic = create_topic(bootstrap, "soak")
     if args.tracemalloc:
         import tracemalloc
-        tracemalloc.start(25)
+        tracemalloc.start(args.tracemalloc_frames)
+    child = None
+    if args.with_baseline:
+        import subprocess
+        cmd = [sys.executable, os.path.abspath(__file__), "--dagster", "--dagster-baseline", str(args.with_baseline),
+               "--minutes", str(minutes), "--warmup", str(args.warmup),
+               "--runs-per-minute", str(args.runs_per_minute)] + (["--diagnose"] if args.diagnose else []) \
+            + (["--keep-check-executions"] if args.keep_check_executions else [])
+        child_out = tempfile.TemporaryFile("w+")      # not a pipe: Dagster's logs would fill it and block the child
+        child = subprocess.Popen(cmd, stdout=child_out, stderr=subprocess.DEVNULL, text=True)
+    load0 = os.getloadavg()
     samples: list[dict] = []
     snaps: list = []
     feeder = Feeder(args, os.path.join(work, "in"), bootstrap, topic)
 
+    diag_live = args.diagnose and not args.dagster_baseline
+
     def sample(progress, failed) -> None:
         t0 = time.monotonic()
-        feeder.start()
+        if not args.dagster_baseline:
+            feeder.start()
         while time.monotonic() - t0 < minutes * 60:
             time.sleep(SAMPLE_S)
             err = failed()
@@ -259,15 +426,36 @@ def main() -> None:
                  "fds": fds(), "threads": threads(),
                  "chk": du_mb(os.path.join(work, "chk")), "state": state, "batch": p.get("batch_id"),
                  "fed": feeder.rows}
+            if args.diagnose:
+                import gc
+                if args.tracemalloc:
+                    import tracemalloc
+                    s["py"] = tracemalloc.get_traced_memory()[0] / 1e6
+                else:
+                    s["py"] = len(gc.get_objects()) / 1e3          # thousands of gc-tracked objects
+                s.update(native_mb())
+                s.update(mappings())
+                s["trim"] = malloc_trim()
+                s["rss_trim"] = rss_mb()
+                if INSTANCE:
+                    s["inst"] = instance_rows(INSTANCE[0])
+                if s["t"] >= args.warmup * 60 and not TYPES:
+                    TYPES.append(type_counts())
             samples.append(s)
+            if diag_live:
+                print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
+                               if k != "inst"), flush=True)
             if args.tracemalloc and s["t"] >= args.warmup * 60 and not snaps:
                 import tracemalloc
                 snaps.append(tracemalloc.take_snapshot())
         if args.tracemalloc:
             import tracemalloc
             snaps.append(tracemalloc.take_snapshot())
+        if args.diagnose:
+            TYPES.append(type_counts())
         feeder.stop.set()
-        feeder.join()
+        if feeder.is_alive():
+            feeder.join()
 
     try:
         (run_dagster if args.dagster else run_local)(args, work, bootstrap, topic, sample)
@@ -276,37 +464,85 @@ def main() -> None:
         if broker is not None:
             broker.kill()
             broker.wait()
-    report(args, minutes, samples, snaps)
+    ours = report(args, minutes, samples, snaps, load0)
+    if child is not None:
+        child.wait()
+        child_out.seek(0)
+        out = child_out.read()
+        print("\n-- the Dagster baseline beside it (child process):\n" + out.rstrip())
+        import re
+        m = re.search(r"memory slope after .*?: ([+-][0-9.]+) MB/min", out)
+        theirs = float(m.group(1)) if m else float("nan")
+        per = re.search(r"([+-][0-9.]+) MB per 1,000 runs", out)
+        print(f"\nslopes, same minutes and machine: the query's fanned-out runs {ours:+.2f} MB/min, "
+              f"the {args.with_baseline}-op no-op job {theirs:+.2f} MB/min"
+              + (f" ({per.group(1)} MB per 1,000 runs)" if per else ""))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(args, minutes: float, samples: list[dict], snaps: list) -> None:
-    mode = "dagster fan-out" if args.dagster else "local runner"
+def report(args, minutes: float, samples: list[dict], snaps: list, load0: tuple = (0.0, 0.0, 0.0)) -> float:
+    """Prints the samples and the slopes; returns the RSS slope after the warm-up (MB/min)."""
+    mode = (f"dagster baseline ({args.dagster_baseline} no-op ops)" if args.dagster_baseline else
+            "dagster fan-out" if args.dagster else "local runner")
+    load1 = os.getloadavg()
     print(f"soak: {args.source} -> {args.sink}, {mode}, {args.rate} rows/s as {args.files_per_second}/s, "
-          f"{args.keys} keys, {minutes:g} min")
+          f"{args.keys} keys, {minutes:g} min; ended {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
+          f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the start, {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")
+    diag = args.diagnose
     print(f"{'min':>6} {'batch':>7} {'rss MB':>8} {'arrow':>6} {'duckdb':>6} {'fds':>5} {'thr':>4} {'chk MB':>7} "
-          f"{'state':>7} {'fed':>9}")
+          f"{'state':>7} {'fed':>9}" + (f" {'py':>7} {'trim MB':>7} {'rss>trim':>8} {'sqlite':>6}" if diag else ""))
     shown = -1
     for s in samples:
         if int(s["t"] // 60) != shown or s is samples[-1]:
             shown = int(s["t"] // 60)
             print(f"{s['t'] / 60:6.1f} {s['batch'] if s['batch'] is not None else '-':>7} {s['rss']:8.1f} "
-                  f"{s['arrow']:6.1f} {s['duckdb']:6.1f} {s['fds']:5d} {s['threads']:4d} {s['chk']:7.1f} {s['state']:7d} {s['fed']:9d}")
+                  f"{s['arrow']:6.1f} {s['duckdb']:6.1f} {s['fds']:5d} {s['threads']:4d} {s['chk']:7.1f} {s['state']:7d} {s['fed']:9d}"
+                  + (f" {s['py']:7.1f} {s['trim']:7.1f} {s['rss_trim']:8.1f} {s['sqlite']:6.1f}" if diag else ""))
     warm = [s for s in samples if s["t"] >= args.warmup * 60]
     if len(warm) < 2:
         print("too short for a slope after the warm-up")
-        return
+        return float("nan")
     rng = lambda k: f"{min(s[k] for s in warm):g}..{max(s[k] for s in warm):g}"  # noqa: E731
+    runs = (warm[-1].get("batch") or 0) - (warm[0].get("batch") or 0) if args.dagster else None
     print(f"memory slope after {args.warmup:g} min warm-up: {slope(warm, 'rss'):+.2f} MB/min "
           f"(rss {warm[0]['rss']:.0f} -> {warm[-1]['rss']:.0f} MB; Arrow pool {slope(warm, 'arrow'):+.2f}, DuckDB "
           f"{slope(warm, 'duckdb'):+.2f} MB/min); fds {rng('fds')}, threads {rng('threads')}, "
-          f"checkpoint {slope(warm, 'chk'):+.3f} MB/min ({warm[-1]['chk']:.1f} MB), state rows {rng('state')}")
+          f"checkpoint {slope(warm, 'chk'):+.3f} MB/min ({warm[-1]['chk']:.1f} MB), state rows {rng('state')}"
+          + (f"; {runs / ((warm[-1]['t'] - warm[0]['t']) / 60):.1f} runs/min, "
+             f"{(warm[-1]['rss'] - warm[0]['rss']) / runs * 1000:+.1f} MB per 1,000 runs" if runs else ""))
+    if diag:
+        print(f"diagnose: python heap {slope(warm, 'py'):+.3f} {'MB' if args.tracemalloc else 'k objects'}/min; "
+              f"RSS after malloc_trim(0) {slope(warm, 'rss_trim'):+.2f} MB/min; malloc_trim gave back "
+              f"{statistics.fmean(s['trim'] for s in warm):.1f} MB per sample on average; SQLite "
+              f"{slope(warm, 'sqlite'):+.2f} MB/min ({warm[0]['sqlite']:.1f} -> {warm[-1]['sqlite']:.1f} MB), RocksDB "
+              f"block cache {slope(warm, 'rocks_cache'):+.2f} ({warm[-1]['rocks_cache']:.1f} MB), memtables "
+              f"{slope(warm, 'rocks_memtables'):+.2f} MB/min ({warm[-1]['rocks_memtables']:.1f} MB); resident anonymous "
+              f"{slope(warm, 'anon'):+.2f} MB/min, file-backed {slope(warm, 'file'):+.2f} MB/min, mappings "
+              f"{warm[0]['maps']} -> {warm[-1]['maps']}")
+        for x in warm:
+            x["rest"] = x["anon"] - x["rocks_cache"] - x["rocks_memtables"] - x["sqlite"] - x["arrow"] - x["duckdb"]
+        print(f"diagnose: resident anonymous memory less RocksDB's cache and memtables, SQLite, Arrow and DuckDB: "
+              f"{slope(warm, 'rest'):+.2f} MB/min ({warm[0]['rest']:.1f} -> {warm[-1]['rest']:.1f} MB)")
+        if warm[-1].get("inst"):
+            a, b = warm[0]["inst"], warm[-1]["inst"]
+            print("diagnose: the instance's storages after the warm-up -> at the end: "
+                  + ", ".join(f"{k} {a.get(k, 0)} -> {b.get(k, 0)}" for k in sorted(set(a) | set(b))))
+        if len(TYPES) == 2:
+            grew = sorted(((TYPES[1].get(k, 0) - TYPES[0].get(k, 0), k) for k in set(TYPES[0]) | set(TYPES[1])),
+                          reverse=True)[:12]
+            print("diagnose: gc object types that grew most after the warm-up: "
+                  + ", ".join(f"{k} {d:+d}" for d, k in grew))
     if len(snaps) >= 2:
-        print("tracemalloc: the 15 sites that grew most after the warm-up")
-        for st in snaps[-1].compare_to(snaps[0], "traceback")[:15]:
-            print(f"  {st.size_diff / 1e6:+8.2f} MB {st.count_diff:+8d} blocks  "
-                  + " <- ".join(f"{fr.filename.rsplit('/', 2)[-1]}:{fr.lineno}" for fr in list(st.traceback)[-4:]))
+        print("tracemalloc: the 15 lines that grew most after the warm-up")
+        for st in snaps[-1].compare_to(snaps[0], "lineno")[:15]:
+            fr = st.traceback[0]
+            print(f"  {st.size_diff / 1e6:+8.3f} MB {st.count_diff:+8d} blocks  {fr.filename.rsplit('/', 3)[-1]}:{fr.lineno}")
+        print("tracemalloc: the 8 tracebacks that grew most")
+        for st in snaps[-1].compare_to(snaps[0], "traceback")[:8]:
+            print(f"  {st.size_diff / 1e6:+8.3f} MB {st.count_diff:+8d} blocks  "
+                  + " <- ".join(f"{fr.filename.rsplit('/', 2)[-1]}:{fr.lineno}" for fr in reversed(list(st.traceback)[-6:])))
+    return slope(warm, "rss")
 
 
 if __name__ == "__main__":

@@ -233,3 +233,32 @@ def test_the_lineage_survives_a_reopen_and_retention_and_an_earlier_release_s_co
     w = Working(path)
     assert w._keyed and w.version == 13 and w.lineage == after and after[12] == token
     w.close()
+
+
+def test_reopened_working_copies_share_one_bounded_block_cache(tmp_path):
+    """Each Dagster run reopens the working copies: their freshly flushed files are read into the
+    one block cache of the process, which must stay within its capacity however many copies and
+    reopens there are (issue 28 item 10: the fanned-out Dagster soak's RSS grew by that cache
+    filling up, then stayed flat). Run with the capacity lowered to 1 MB so that a few MB of reads
+    overflow it."""
+    from state import working
+    cache, wbm = working._shared_memory()
+    cache.set_capacity(1 << 20)
+    try:
+        value = b"v" * 200
+        for rnd in range(4):                      # four "runs"
+            for p in range(3):                    # three partitions' copies, each reopened every run
+                path = str(tmp_path / f"p{p}" / "db")
+                w = Working(path)
+                keys = [K([f"k{rnd}-{i}"]) for i in range(2000)]
+                w.write(keys, [value] * len(keys), rnd, f"t{rnd}", len(keys) * (rnd + 1), {rnd: f"t{rnd}"})
+                w.close()
+                w = Working(path)                 # reopened: the memtable was flushed to a file
+                got = w.items(10**7, 10**10)
+                assert got is not None and len(got[0]) == 2000 * (rnd + 1)
+                w.close()
+                assert cache.get_usage() <= 1 << 20, f"block cache {cache.get_usage()} bytes > its 1 MB capacity"
+                assert wbm.get_usage() <= working.MEMTABLE_BUDGET_BYTES
+        assert cache.get_usage() > 512 << 10      # the copies did read through the shared cache
+    finally:
+        cache.set_capacity(working.BLOCK_CACHE_BYTES)
