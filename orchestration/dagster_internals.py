@@ -246,9 +246,10 @@ def pool_connections(instance: Any, max_overflow: int = POOL_OVERFLOW) -> bool:
     dagster-postgres storages open a new PostgreSQL connection for every statement (NullPool): a
     run process pays a connect for each of its ~50 events (2-3 statements each, ~20-40 ms on a
     loaded machine against ~5 ms on an open connection). A batch run's first op pools them, so
-    its events and its run tags are written on open connections; Dagster disposes the instance
-    (and its pools) when the run process ends. Storages without a pool (SQLite, in memory) are
-    left as they are (Dagster's methods do nothing for them)."""
+    its events and its run tags are written on open connections, which close with the run's
+    process (dagster-postgres' dispose leaves its engines open: the webserver's pools end the
+    same way). Storages without a pool (SQLite, in memory) are left as they are (Dagster's
+    methods do nothing for them)."""
     if getattr(instance, POOLED, False):
         return False
     instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=max_overflow)
