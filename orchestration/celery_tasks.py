@@ -35,10 +35,10 @@ from .celery_warm import WORKER_TAG
 from .dagster_internals import (EngineEventData, ExecuteRunArgs, ExecuteStepArgs,  # noqa: E402 - Dagster's private
                                 ReconstructableJob, create_execution_plan, execute_plan_iterator, unpack_value)
 from .dagster_internals import execute_run_command_body as _execute_run_command_body  # noqa: E402
+from .dagster_internals import POOL_OVERFLOW, pool_connections  # noqa: E402
 
 _INSTANCES: dict[str, Any] = {}
 _LOCK = threading.Lock()
-POOL_OVERFLOW = 4          # connections beyond the pooled one while a run's threads write at once
 
 
 def warm_instance(ref: Any = None) -> Any:
@@ -49,7 +49,7 @@ def warm_instance(ref: Any = None) -> Any:
         inst = _INSTANCES.get(key)
         if inst is None:
             inst = dg.DagsterInstance.from_ref(ref) if ref is not None else dg.DagsterInstance.get()
-            inst.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=POOL_OVERFLOW)
+            pool_connections(inst, POOL_OVERFLOW)      # the batch ops' own call then finds it pooled
             _INSTANCES[key] = inst
         return inst
 

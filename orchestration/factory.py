@@ -297,7 +297,10 @@ def build_definitions(queries: list[Any], asset_root: str | None = None,
     defs = dg.Definitions.merge(dg.Definitions(assets=assets, executor=default_executor(specs)), *parts)
     from .retention import make_retention
     instigators = {s.name for s in defs.sensors or []} | {s.name for s in defs.schedules or []}
-    return dg.Definitions.merge(defs, make_retention([sp.name for sp in specs], instigators, retention_days))
+    out = dg.Definitions.merge(defs, make_retention([sp.name for sp in specs], instigators, retention_days))
+    from .preload import start
+    start()          # a run's process: the engine's modules import while Dagster starts the run (preload.py)
+    return out
 
 
 def definitions_from_module(module: str) -> dg.Definitions:

@@ -20,7 +20,9 @@ Refused and idle runs carry increments/reason. Each op retries with exponential 
 (spec.max_retries, spec.retry_delay_s); a retry rebuilds the run's runtime from the log. After a
 commit during an AvailableNow drain with more to do, the commit op queues the next batch run
 (chain.py): the drain runs at the pace of its runs, one run in flight.
-Heavy libraries are imported inside the ops only.
+Heavy libraries are imported inside the ops only (in a run's process, preload.py imports them in the
+background while Dagster starts the run); the first op keeps the instance's connections open
+(dagster_internals.pool_connections).
 """
 from __future__ import annotations
 
@@ -57,6 +59,20 @@ def query_pool(spec: Any) -> str:
 def _rt(spec: Any, context: Any) -> Any:
     from . import runner
     return runner.runtime_for_run(spec.key, spec.writer_factory, spec.path, context.run_id)
+
+
+def _op_start(context: Any) -> None:
+    """First thing in each op: the engine's modules imported in the background while the run
+    started are ready (preload.py), and this process's storages keep open connections for the
+    rest of the run (dagster_internals.pool_connections: the op's events and tags are written
+    without a PostgreSQL connect each; once per process)."""
+    from . import preload
+    from .dagster_internals import pool_connections
+    preload.wait()
+    try:
+        pool_connections(context.instance)
+    except Exception as e:  # noqa: BLE001 - only a speed-up: the run goes on with Dagster's connections
+        context.log.warning(f"could not keep the instance's database connections open ({e!r}); each event connects")
 
 
 def _tag(context: Any, tags: dict[str, Any]) -> None:
@@ -227,6 +243,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                        "launch that may not run (a committed or future batch id): only `refused` (read .. write are "
                        "skipped; commit fails with the reason).")
     def plan_op(context):
+        _op_start(context)
         from . import runner
         from increments.checkpoint.drains import DrainLog
         if context.dagster_run.tags.get(QUERY_TAG) != spec.name:     # a Materialize runs Dagster's asset job
@@ -277,6 +294,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         @dg.op(name=f"{k}__{name}", ins={"batch": dg.In(dict)}, out=dg.Out(dict, is_required=False),
                retry_policy=policy, description=desc)
         def step_op(context, batch: dict):
+            _op_start(context)
             from increments.execution import steps
 
             def run():
@@ -295,6 +313,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                        "checks; during a drain, queue the next batch run. When plan refused the launch, the "
                        "only failing step: the reason and what to launch instead (never retried).")
     def commit_op(context, batch: list):
+        _op_start(context)
         from increments.execution import steps
         from . import runner
         if len(batch) != 1 or isinstance(batch[0], str):       # plan refused: read .. write were skipped
