@@ -20,6 +20,17 @@ _FILTERED_SCANS = 4          # bounded scans served by filtering the pending key
 _SMALL_PENDING = 2048        # fewer pending keys than this are sorted in at the first read
 
 
+def _in_range(start: bytes | None, end: bytes | None):
+    """A C-level predicate for start <= k < end (no Python frame per key when one side is open)."""
+    if start is None and end is None:
+        return lambda k: True
+    if start is None:
+        return end.__gt__
+    if end is None:
+        return start.__le__
+    return lambda k: start <= k < end
+
+
 class SortedKeys:
     __slots__ = ("_lists", "_maxes", "_len", "_pending", "_chunks", "_scans")
 
@@ -137,6 +148,43 @@ class SortedKeys:
                 base = self._irange(start, end)
                 return list(heapq.merge(base, sel)) if base and sel else (base or sel)
         return self._irange(start, end)
+
+    def pop_range(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """Remove the keys k with start <= k < end and return them in order: pending keys are split by
+        C-level filters (only those in the range get sorted), the sorted ones cut out as slices."""
+        inside = None
+        if self._pending or self._chunks:
+            pend = list(chain(self._pending, *self._chunks))
+            test = _in_range(start, end)
+            inside = sorted(filter(test, pend))
+            kept = pend
+            if inside:
+                kept = list(filterfalse(test, pend)) if len(inside) < len(pend) else []
+                self._pending, self._chunks = {}, ([kept] if kept else [])
+            self._scans += 1                # as irange: the survivors are sorted in after a few passes
+            if len(kept) < _SMALL_PENDING or self._scans >= _FILTERED_SCANS:
+                self._settle()
+        out: list[bytes] = []
+        i = 0 if start is None else bisect_left(self._maxes, start)
+        while i < len(self._lists):
+            lst = self._lists[i]
+            n = len(lst)
+            lo = 0 if start is None else bisect_left(lst, start)
+            hi = n if end is None or lst[-1] < end else bisect_left(lst, end)
+            if lo < hi:
+                out.extend(lst[lo:hi])
+                del lst[lo:hi]
+                self._len -= hi - lo
+            if hi < n:                     # the range ends inside this list (its last key stays)
+                break
+            if lst:
+                self._maxes[i] = lst[-1]
+                i += 1
+            else:
+                del self._lists[i], self._maxes[i]
+        if inside:
+            return list(heapq.merge(out, inside)) if out else inside
+        return out
 
     def _irange(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         out: list[bytes] = []

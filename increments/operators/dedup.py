@@ -146,12 +146,14 @@ class DeduplicateOp(PhysicalOp):
                 fresh = np.fromiter(map(is_, store.multi_get(keys), repeat(None)), np.bool_, len(keys))
                 new_keys = list(compress(keys, fresh))
                 mask = pa.array(fresh, pa.bool_())
+                # the keys just read as absent: insert_many (no second lookup); the index's keys are new too
+                # (an (expiry, key) pair of a key absent from the store is absent from the index)
                 if self.within:
                     expiry = pc.add(part.column("__t"), self.delay_us).filter(mask)
-                    store.put_many(new_keys, encode_values([expiry]))
-                    idx.put_many(encode_keys([expiry] + [c.filter(mask) for c in kcols]), [b""] * len(new_keys))
+                    store.insert_many(new_keys, encode_values([expiry]))
+                    idx.insert_many(encode_keys([expiry] + [c.filter(mask) for c in kcols]), [b""] * len(new_keys))
                 else:
-                    store.put_many(new_keys, [_EMPTY] * len(new_keys))
+                    store.insert_many(new_keys, [_EMPTY] * len(new_keys))
                 out.append(part.filter(mask))
             self._evict(ctx, store, idx)
         if not out:
@@ -163,10 +165,9 @@ class DeduplicateOp(PhysicalOp):
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            ikeys = index.range_keys(None, end)
+            ikeys = index.pop_range_keys(None, end)
             if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
                 store.delete_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])
-                index.delete_many(ikeys)
         elif self.time_in_key:
             store.delete_range(None, end)
 
