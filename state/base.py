@@ -104,6 +104,11 @@ class StateStore(ABC):
         for k in keys:
             self.delete(k)
 
+    def remove_many(self, keys: list[bytes]) -> None:
+        """``delete_many`` for DISTINCT keys the caller knows the store holds (an eviction found through
+        a side index): a provider may skip checking which of them exist."""
+        self.delete_many(keys)
+
     def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Delete the rows with start <= key < end and return their keys, in order (an eviction
         that needs the evicted keys): ``range_keys`` then ``delete_many`` of them."""

@@ -185,6 +185,18 @@ class RocksDBStateStore(StateStore):
         self._removed += existed
         self._overlay.update(zip(keys, repeat(None)))
 
+    def remove_many(self, keys: list[bytes]) -> None:
+        ov = self._overlay            # every key holds a value (the caller's contract): nothing to count
+        self._okeys.add_many([k for k in keys if k not in ov] if ov else keys)
+        self._rows -= len(keys)
+        self._removed += len(keys)
+        ov.update(zip(keys, repeat(None)))
+
+    def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        keys = self.range_keys(start, end)          # the scan saw each of them hold a value
+        self.remove_many(keys)
+        return keys
+
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         ov = self._overlay
         existed = self._bulk_existing(keys)

@@ -172,7 +172,7 @@ class DeduplicateOp(PhysicalOp):
         if self.within:
             ikeys = index.pop_range_keys(None, end)
             if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
-                store.delete_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])
+                store.remove_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])    # each one stored
         elif self.time_in_key:
             store.delete_range(None, end)
 

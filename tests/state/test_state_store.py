@@ -671,3 +671,23 @@ def test_insert_many_and_pop_range_keys_are_the_loop(make):
     s.abort()
     assert content(s) == model and s.metrics().num_rows_total == len(model)
     assert [k for k, _ in s.iter_all()] == sorted(model)
+
+
+def test_remove_many_is_the_delete_loop_for_stored_keys(make):
+    """remove_many (keys the caller knows are stored: an eviction through a side index) leaves what
+    delete leaves: content, counts, changelog; also for keys the batch itself put."""
+    p = make()
+    s = p.open("op", 0, -1)
+    s.put_many([K((i,)) for i in range(4000)], [b"v%d" % i for i in range(4000)])
+    s.commit(0)
+    s.put(K((5000,)), b"new")
+    gone = [K((i,)) for i in range(3999, -1, -3)] + [K((5000,))]      # not in key order
+    s.remove_many(gone)
+    model = {K((i,)): b"v%d" % i for i in range(4000)}
+    for k in gone[:-1]:
+        model.pop(k)
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_removed) == (len(model), len(gone))
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+    s.commit(1)
+    assert content(make(local="w2").open("op", 0, 1)) == model
