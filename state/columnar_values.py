@@ -72,6 +72,12 @@ def encode_values(columns: Sequence) -> list[bytes]:
         if kind == "int":
             v = _ints(c.cast(pa.int64()))
             lo, hi = int(v.min()), int(v.max())
+            if (lo >= 0 and hi < 256) and valid.all():     # every one a BININT1 (counts): column writes
+                seg[:, 0] = ord("K")
+                seg[:, 1] = v
+                widths.append(np.full(n, 2))
+                segs.append(seg[:, :2])
+                continue
             if lo >= _J_MAX and lo.bit_length() // 8 == hi.bit_length() // 8:
                 # every one a positive LONG1 of one length (pickle: bit_length // 8 + 1 bytes), as
                 # times in microseconds are: plain column writes
