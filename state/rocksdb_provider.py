@@ -52,7 +52,7 @@ from rocksdict import Checkpoint, ReadOptions
 from . import files
 from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
-from .sortedkeys import SortedKeys
+from .sortedkeys import SortedKeys, sorted_items
 from .working import (Claim, Working, copy_db, private_copy_path, private_store_dir,
                       remove_leftovers)
 
@@ -226,8 +226,8 @@ class RocksDBStateStore(StateStore):
         self._check_commit_version(version)
         ov = self._overlay
         # in key order (the overlay's index sorts them): RocksDB takes a sorted WriteBatch ~10x faster
-        keys = list(self._okeys) if len(ov) > 1000 else list(ov)
-        self.token = self._provider._commit(self, version, keys, list(map(ov.__getitem__, keys)), self._rows)
+        keys, values = sorted_items(ov) if len(ov) > 1000 else (list(ov), list(ov.values()))
+        self.token = self._provider._commit(self, version, keys, values, self._rows)
         self.version = version
         self.abort()
         return version
