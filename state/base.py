@@ -74,6 +74,11 @@ class StateStore(ABC):
         for k, v in zip(keys, values):
             self.put(k, v)
 
+    def insert_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        """``put_many`` for DISTINCT keys the store does not hold (the caller has just read them as
+        None, e.g. by ``multi_get``): a provider may skip looking them up again."""
+        self.put_many(keys, values)
+
     @abstractmethod
     def delete(self, key: bytes) -> None: ...
 
@@ -98,6 +103,18 @@ class StateStore(ABC):
         Python call per key."""
         for k in keys:
             self.delete(k)
+
+    def remove_many(self, keys: list[bytes]) -> None:
+        """``delete_many`` for DISTINCT keys the caller knows the store holds (an eviction found through
+        a side index): a provider may skip checking which of them exist."""
+        self.delete_many(keys)
+
+    def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """Delete the rows with start <= key < end and return their keys, in order (an eviction
+        that needs the evicted keys): ``range_keys`` then ``delete_many`` of them."""
+        keys = self.range_keys(start, end)
+        self.delete_many(keys)
+        return keys
 
     def delete_range(self, start: bytes | None, end: bytes | None) -> int:
         """Delete rows with start <= key < end; returns the number of rows removed."""

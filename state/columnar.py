@@ -7,8 +7,7 @@ Contract (tested against state.encoding over generated data, tests/state/test_co
   state.encoding element by element, so every type encode_key takes is accepted here too.
 * values: state.columnar_values (encode_values / decode_values), built on this module's helpers.
 
-``binary_array`` / ``binary_pylist`` move between Python lists of bytes and Arrow binary arrays
-faster than ``pa.array`` / ``to_pylist`` (one join and one length pass).
+``binary_array`` moves a Python list of bytes to one Arrow binary array (large_binary when it must).
 """
 from __future__ import annotations
 
@@ -31,26 +30,25 @@ SMALL = 256
 
 # -- Python lists <-> Arrow binary -------------------------------------------------------------------
 def binary_array(items: Sequence[bytes | None]) -> "pa.Array":
-    """``pa.array(items, pa.binary())`` (large_binary beyond 2 GiB), built from one join."""
+    """``pa.array(items, pa.binary())`` as one array (large_binary beyond 2 GiB, where pa.array would
+    give a chunked array). pyarrow 26's own conversion is 4-5x quicker than a join and a length pass."""
     n = len(items)
-    if n < SMALL:
-        return pa.array(items, pa.binary())
-    valid = None
+    if n >= SMALL and items.count(None) == n:                  # a changelog of deletes
+        return pa.nulls(n, pa.binary())
+    arr = pa.array(items, pa.binary())
+    if isinstance(arr, pa.Array):
+        return arr
+    valid = None                                               # beyond 2 GiB: one large_binary array
     try:
         lens = np.fromiter(map(len, items), np.int64, n)
     except TypeError:                                          # None among them
-        if items.count(None) == n:                             # every one (a changelog of deletes)
-            return pa.nulls(n, pa.binary())
         mask = np.fromiter((x is not None for x in items), np.bool_, n)
         items = [b"" if x is None else x for x in items]
         valid = pa.py_buffer(np.packbits(mask, bitorder="little"))
         lens = np.fromiter(map(len, items), np.int64, n)
     offs = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=offs[1:])
-    data = pa.py_buffer(b"".join(items))
-    if offs[-1] < 2 ** 31 - 1:
-        return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs.astype(np.int32)), data])
-    return pa.Array.from_buffers(pa.large_binary(), n, [valid, pa.py_buffer(offs), data])
+    return pa.Array.from_buffers(pa.large_binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(b"".join(items))])
 
 
 def _pieces(width: np.ndarray, seg: np.ndarray, pre: bytes = b"", post: bytes = b"") -> "pa.Array":

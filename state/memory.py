@@ -11,6 +11,10 @@ Loading (V, token): if this provider holds exactly (V, token) in memory (it comm
 it) reuse it -- no request to the store; otherwise rebuild from the lineage of (V, token): its
 newest snapshot plus the deltas after it (state.files.trace).
 Abort restores the loaded version from an undo log (no copy of the state is taken).
+
+The sorted key index (for range scans and snapshots) is built at the first ordered read, then kept
+up to date: a store that is only read and written by key (a dedup's keys, a count's groups) never
+pays for keeping its keys in order.
 """
 from __future__ import annotations
 
@@ -28,11 +32,18 @@ _ROW_OVERHEAD = 120  # rough per-row cost of dict entry + bytes headers + index 
 
 
 class _Loaded:
-    """The in-memory content of one (operator, partition) at ``version``."""
+    """The in-memory content of one (operator, partition) at ``version``. ``index``: the sorted
+    keys of ``data``, or None until an ordered read needs it (``ordered``)."""
 
-    def __init__(self, version: int, token: str, data: dict, index: SortedKeys):
+    def __init__(self, version: int, token: str, data: dict, index: SortedKeys | None = None):
         self.version, self.token, self.data, self.index = version, token, data, index
-        self.bytes = sum(len(k) + len(v) for k, v in data.items())
+        self.bytes = sum(map(len, data)) + sum(map(len, data.values()))
+
+    def ordered(self) -> SortedKeys:
+        """The index, built from the keys on first use and maintained by every write from then on."""
+        if self.index is None:
+            self.index = SortedKeys(sorted(self.data))
+        return self.index
 
 
 class MemoryStateStore(StateStore):
@@ -42,9 +53,10 @@ class MemoryStateStore(StateStore):
         self._s = loaded
         self.version, self.token = loaded.version, loaded.token
         self._undo: dict[bytes, bytes | None] = {}
-        # the first put_many or delete_many of a batch keeps its (keys, old values) as they are: a dict
-        # of a million keys is built only if something else touches the undo log (_undo_log) first
-        self._bulk: tuple[list[bytes], list] | None = None
+        # the first put_many or delete_many of a batch keeps its (keys, old values, new values) as they
+        # are (new values None: all deleted): a dict of a million keys is built only if something else
+        # touches the undo log (_undo_log) first, and the commit's changelog takes the lists as given
+        self._bulk: tuple[list[bytes], list, list | None] | None = None
         self._bytes_at_load = loaded.bytes
         self._updated = self._removed = 0
         self._closed = False
@@ -59,13 +71,23 @@ class MemoryStateStore(StateStore):
 
     def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         data = self._s.data
-        for k in self._s.index.irange(start, end):
+        for k in self._s.ordered().irange(start, end):
             v = data.get(k)
             if v is not None:
                 yield k, v
 
     def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
-        return self._s.index.irange(start, end)       # the index holds exactly the stored keys
+        return self._s.ordered().irange(start, end)       # the index holds exactly the stored keys
+
+    def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        s = self._s
+        keys = s.ordered().pop_range(start, end)
+        if keys:
+            olds = list(map(s.data.pop, keys))
+            self._bulk_undo(keys, olds, None)
+            s.bytes -= sum(map(len, keys)) + sum(map(len, olds))
+            self._removed += len(keys)
+        return keys
 
     # -- writes ------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes) -> None:
@@ -75,7 +97,8 @@ class MemoryStateStore(StateStore):
         if key not in undo:
             undo[key] = old
         if old is None:
-            s.index.add(key)
+            if s.index is not None:
+                s.index.add(key)
             s.bytes += len(key) + len(value)
         else:
             s.bytes += len(value) - len(old)
@@ -84,18 +107,28 @@ class MemoryStateStore(StateStore):
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         s = self._s
-        data = s.data
-        olds = list(map(data.get, keys))
+        olds = list(map(s.data.get, keys)) if s.data else [None] * len(keys)
+        self._put_many(keys, values, olds, list(compress(keys, map(is_, olds, repeat(None)))))
+
+    def insert_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        self._put_many(keys, values, [None] * len(keys), keys)
+
+    def _put_many(self, keys: list[bytes], values: list[bytes], olds: list, new: list[bytes]) -> None:
+        s = self._s
+        self._bulk_undo(keys, olds, values)
+        if new and s.index is not None:
+            s.index.add_many(new)
+        s.bytes += sum(map(len, new)) + sum(map(len, values)) - sum(map(len, filter(None, olds)))
+        s.data.update(zip(keys, values))
+        self._updated += len(keys)
+
+    def _bulk_undo(self, keys: list[bytes], olds: list, news: list | None) -> None:
+        """Record (keys, their values before) in the undo log: kept as given when it is the batch's
+        first write (see __init__), folded into the log's dict otherwise."""
         if self._undo or self._bulk is not None:
             deque(map(self._undo_log().setdefault, keys, olds), maxlen=0)
         else:
-            self._bulk = (keys, olds)
-        new = list(compress(keys, map(is_, olds, repeat(None))))
-        if new:
-            s.index.add_many(new)
-        s.bytes += sum(map(len, new)) + sum(map(len, values)) - sum(map(len, filter(None, olds)))
-        data.update(zip(keys, values))
-        self._updated += len(keys)
+            self._bulk = (keys, olds, news)
 
     def delete(self, key: bytes) -> None:
         s = self._s
@@ -105,7 +138,8 @@ class MemoryStateStore(StateStore):
         undo = self._undo_log()
         if key not in undo:
             undo[key] = old
-        s.index.discard(key)
+        if s.index is not None:
+            s.index.discard(key)
         s.bytes -= len(key) + len(old)
         self._removed += 1
 
@@ -116,18 +150,16 @@ class MemoryStateStore(StateStore):
         gone, gone_olds = list(compress(keys, present)), list(compress(olds, present))
         if not gone:
             return
-        if self._undo or self._bulk is not None:
-            deque(map(self._undo_log().setdefault, gone, gone_olds), maxlen=0)
-        else:
-            self._bulk = (gone, gone_olds)        # as put_many: folded into the dict only when needed
-        s.index.discard_many(gone)
+        self._bulk_undo(gone, gone_olds, None)
+        if s.index is not None:
+            s.index.discard_many(gone)
         s.bytes -= sum(map(len, gone)) + sum(map(len, gone_olds))
         self._removed += len(gone)
 
     def _undo_log(self) -> dict[bytes, bytes | None]:
         """The undo log (key -> value at load, None: absent), with a kept put_many folded in first."""
         if self._bulk is not None:
-            keys, olds = self._bulk
+            keys, olds, _ = self._bulk
             self._bulk = None
             later, self._undo = self._undo, dict(zip(keys, olds))
             self._undo.update(later)      # empty: anything later folds the bulk in first
@@ -148,9 +180,9 @@ class MemoryStateStore(StateStore):
         return version
 
     def _delta(self) -> tuple[list[bytes], list]:
-        if self._bulk is not None and not self._undo:
-            keys = self._bulk[0]
-            return keys, list(map(self._s.data.get, keys))
+        if self._bulk is not None and not self._undo:     # the batch's one bulk write: its lists as given
+            keys, _, news = self._bulk
+            return keys, ([None] * len(keys) if news is None else news)
         keys = list(self._undo_log())
         return keys, list(map(self._s.data.get, keys))
 
@@ -158,10 +190,10 @@ class MemoryStateStore(StateStore):
         s = self._s
         for k, old in self._undo_log().items():
             if old is None:
-                if s.data.pop(k, None) is not None:
+                if s.data.pop(k, None) is not None and s.index is not None:
                     s.index.discard(k)
             else:
-                if k not in s.data:
+                if k not in s.data and s.index is not None:
                     s.index.add(k)
                 s.data[k] = old
         self._undo.clear()
@@ -212,7 +244,7 @@ class MemoryStateStoreProvider(FileBackedProvider):
         key = (operator, partition)
         if version < 0:
             self._lineages[key] = {}
-            return _Loaded(-1, "", {}, SortedKeys())
+            return _Loaded(-1, "", {})
         loc = self.store_loc(operator, partition)
         token, tr = self.trace(operator, partition, version, token)
         data: dict[bytes, bytes] = {}
@@ -231,9 +263,7 @@ class MemoryStateStoreProvider(FileBackedProvider):
             raise StateStoreError(f"cannot load state version {version} of {self.where(operator, partition)}: "
                                   f"{len(data)} rows rebuilt, {rows} recorded")
         self._lineages[key] = tr.lineage
-        index = SortedKeys()
-        index.add_many(data)        # sorted at the first ordered read (a batch may never need it)
-        return _Loaded(version, token, data, index)
+        return _Loaded(version, token, data)        # the index: at the first ordered read, if any
 
     def _write_version(self, store: MemoryStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
@@ -245,7 +275,7 @@ class MemoryStateStoreProvider(FileBackedProvider):
 
     @staticmethod
     def _write_snapshot(loc, s: _Loaded, meta: dict) -> None:
-        keys = list(s.index)
+        keys = list(s.ordered())
         files.put(loc, files.snapshot_name(meta["version"], meta["token"]),
                   files.encode_rows(keys, [s.data[k] for k in keys], meta))
 

@@ -52,7 +52,7 @@ from rocksdict import Checkpoint, ReadOptions
 from . import files
 from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
-from .sortedkeys import SortedKeys
+from .sortedkeys import SortedKeys, sorted_items
 from .working import (Claim, Working, copy_db, private_copy_path, private_store_dir,
                       remove_leftovers)
 
@@ -185,6 +185,18 @@ class RocksDBStateStore(StateStore):
         self._removed += existed
         self._overlay.update(zip(keys, repeat(None)))
 
+    def remove_many(self, keys: list[bytes]) -> None:
+        ov = self._overlay            # every key holds a value (the caller's contract): nothing to count
+        self._okeys.add_many([k for k in keys if k not in ov] if ov else keys)
+        self._rows -= len(keys)
+        self._removed += len(keys)
+        ov.update(zip(keys, repeat(None)))
+
+    def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        keys = self.range_keys(start, end)          # the scan saw each of them hold a value
+        self.remove_many(keys)
+        return keys
+
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         ov = self._overlay
         existed = self._bulk_existing(keys)
@@ -214,8 +226,8 @@ class RocksDBStateStore(StateStore):
         self._check_commit_version(version)
         ov = self._overlay
         # in key order (the overlay's index sorts them): RocksDB takes a sorted WriteBatch ~10x faster
-        keys = list(self._okeys) if len(ov) > 1000 else list(ov)
-        self.token = self._provider._commit(self, version, keys, list(map(ov.__getitem__, keys)), self._rows)
+        keys, values = sorted_items(ov) if len(ov) > 1000 else (list(ov), list(ov.values()))
+        self.token = self._provider._commit(self, version, keys, values, self._rows)
         self.version = version
         self.abort()
         return version

@@ -109,7 +109,9 @@ class Working:
         """Apply the changes, the new meta and the lineage's changed entries in one WriteBatch.
         ``lineage`` is kept by reference: the caller replaces its lineage maps, never mutates them."""
         wb = WriteBatch(raw_mode=True)
-        if None in values:
+        if None in values and values.count(None) == len(values):     # an eviction: deletes only
+            deque(map(wb.delete, keys), maxlen=0)
+        elif None in values:
             for k, v in zip(keys, values):
                 if v is None:
                     wb.delete(k)

@@ -38,7 +38,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
 from .key_codec import time_bound, refuse_map_keys
-from .partitioning import partition_ids, partition_sql, split_by_partition
+from .partitioning import partition_ids, partition_sql
 from .state_util import side_stores, write_schema_once
 
 _EMPTY = encode_value(())
@@ -125,8 +125,9 @@ class DeduplicateOp(PhysicalOp):
                      .group_by(names, use_threads=False).aggregate([("__i", "min")]))
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
             return None
-        rows = first.column("__i_min")
-        out = table.take(rows.take(pc.sort_indices(rows)))      # in input (__rn) order
+        keep = np.zeros(table.num_rows, np.bool_)                # the first rows, in input (__rn) order
+        keep[first.column("__i_min").to_numpy()] = True
+        out = table.filter(pa.array(keep))
         if ev is not None:                                       # epoch_us(event time)
             out = out.append_column("__t", out.column(ev).cast(pa.int64()))
         return out.append_column("__p", partition_ids(out, names, nparts))
@@ -136,37 +137,42 @@ class DeduplicateOp(PhysicalOp):
         stores = ctx.stores(self)
         index = side_stores(ctx, self, "byexpiry") if self.within else None
         write_schema_once(self, ctx, self.key_fields(), self.value_fields())
-        cand = self._candidates(ctx, table, len(stores))
-        out = []
-        for p, part in enumerate(split_by_partition(cand, len(stores))):
-            store, idx = stores[p], (index[p] if index else None)
-            if part.num_rows:   # keys and values of whole columns (state.columnar), one bulk write per store
-                kcols = [part.column(c) for c in self.key_cols]
-                keys = encode_keys(([part.column("__t")] if self.time_in_key else []) + kcols)
+        cand = self._candidates(ctx, table, len(stores))          # first row per key, in input order
+        emit = np.zeros(cand.num_rows, np.bool_)
+        if cand.num_rows:
+            kcols = [cand.column(c) for c in self.key_cols]
+            kcols = ([cand.column("__t")] if self.time_in_key else []) + kcols
+            expiry = pc.add(cand.column("__t"), self.delay_us) if self.within else None
+            pids = cand.column("__p").to_numpy()
+        for p, store in enumerate(stores):
+            idx = index[p] if index else None
+            rows = (np.flatnonzero(pids == p) if len(stores) > 1 else np.arange(len(pids))) if cand.num_rows else ()
+            if len(rows):   # keys and values of whole columns (state.columnar), one bulk write per store
+                keys = encode_keys([c.take(rows) for c in kcols])
                 fresh = np.fromiter(map(is_, store.multi_get(keys), repeat(None)), np.bool_, len(keys))
                 new_keys = list(compress(keys, fresh))
-                mask = pa.array(fresh, pa.bool_())
+                new_rows = rows[fresh]
+                emit[new_rows] = True
+                # the keys just read as absent: insert_many (no second lookup); the index's keys are new
+                # too (an (expiry, key) pair of a key absent from the store is absent from the index)
                 if self.within:
-                    expiry = pc.add(part.column("__t"), self.delay_us).filter(mask)
-                    store.put_many(new_keys, encode_values([expiry]))
-                    idx.put_many(encode_keys([expiry] + [c.filter(mask) for c in kcols]), [b""] * len(new_keys))
+                    exp = expiry.take(new_rows)
+                    store.insert_many(new_keys, encode_values([exp]))
+                    idx.insert_many(encode_keys([exp] + [cand.column(c).take(new_rows) for c in self.key_cols]),
+                                    [b""] * len(new_keys))
                 else:
-                    store.put_many(new_keys, [_EMPTY] * len(new_keys))
-                out.append(part.filter(mask))
+                    store.insert_many(new_keys, [_EMPTY] * len(new_keys))
             self._evict(ctx, store, idx)
-        if not out:
+        if not emit.any():
             return self.schema.empty_table()
-        result = pa.concat_tables(out)
-        result = result.take(pc.sort_indices(result.column("__rn")))
-        return result.select(self.schema.names)
+        return cand.filter(pa.array(emit)).select(self.schema.names)      # input order, as the candidates
 
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            ikeys = index.range_keys(None, end)
+            ikeys = index.pop_range_keys(None, end)
             if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
-                store.delete_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])
-                index.delete_many(ikeys)
+                store.remove_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])    # each one stored
         elif self.time_in_key:
             store.delete_range(None, end)
 

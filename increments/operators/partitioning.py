@@ -17,6 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..sql import quote_ident, run_sql
+from .md5_block import md5_words
+
+#: from this many groups on, their md5s are computed in numpy (md5_block): below, its fixed cost is more
+_NUMPY_MD5_MIN = 2048
 
 
 _digest = methodcaller("digest")
@@ -46,10 +50,15 @@ def partition_ids(table: pa.Table, cols: list[str], n: int) -> pa.Array:
         return run_sql(f"SELECT {sql} AS __p FROM __g", {"__g": table.select(cols)}).column(0).combine_chunks()
     texts = [pc.fill_null(table.column(c).cast(pa.string()), "\\N") for c in cols]
     text = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(*texts, "\x1f")
-    # md5 of each key's text, digests joined by C-level maps (no Python frame per row), then the
-    # little-endian 128-bit integer of each digest modulo n in numpy: (hi * 2**64 + lo) % n
-    digests = b"".join(map(_digest, map(_md5, text.cast(pa.binary()).to_pylist())))
-    d = np.frombuffer(digests, "<u8").reshape(-1, 2)
+    # md5 of each key's text (many short texts: in numpy, md5_block; else by C-level maps, no Python
+    # frame per row), then the little-endian 128-bit integer of each digest modulo n in numpy:
+    # (hi * 2**64 + lo) % n
+    words = md5_words(text) if table.num_rows >= _NUMPY_MD5_MIN else None
+    if words is not None:
+        d = words.view(np.uint64)
+    else:
+        digests = b"".join(map(_digest, map(_md5, text.cast(pa.binary()).to_pylist())))
+        d = np.frombuffer(digests, "<u8").reshape(-1, 2)
     m = np.uint64(n)
     ids = ((d[:, 1] % m) * np.uint64((1 << 64) % n) + d[:, 0] % m) % m
     return pa.array(ids.astype(np.int32))

@@ -6,6 +6,7 @@ import math
 import pickle
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -111,3 +112,14 @@ def test_values_of_one_layout_decode_by_columns(values):
     assert stored == [encode_value(r) for r in rows]
     cols, existed = decode_values(stored, [t, pa.bool_(), t])
     assert [tuple(c[i].as_py() for c in cols) for i in range(len(rows))] == rows
+
+
+@pytest.mark.parametrize("lo, hi", [(2 ** 31, 2 ** 32), (2 ** 31, 2 ** 40), (2 ** 47, 2 ** 48 - 1), (2 ** 47, 2 ** 48),
+                                    (2 ** 55, 2 ** 63 - 1), (2 ** 63 - 1000, 2 ** 63 - 1)])
+def test_large_positive_ints_as_pickle_writes_them(lo, hi):
+    """Positive LONG1 values (times in microseconds): one length is written by column, mixed lengths
+    by the general path; both as pickle writes them, with and without a second column."""
+    rng = np.random.default_rng(lo % 1000)
+    v = pa.array(np.concatenate([[lo, hi], rng.integers(lo, hi, 398, dtype=np.int64, endpoint=True)]))
+    for cols in ([v], [v, pa.array(rng.integers(0, 300, 400))]):
+        assert encode_values(cols) == [encode_value(t) for t in zip(*(c.to_pylist() for c in cols))]

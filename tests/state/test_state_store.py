@@ -633,3 +633,61 @@ def test_delete_many_is_the_delete_loop(make):
     again.delete_many([K((i,)) for i in range(10)])
     again.abort()
     assert len(content(again)) == 5000 and again.metrics().num_rows_total == 5000
+
+
+def test_insert_many_and_pop_range_keys_are_the_loop(make):
+    """insert_many (keys read as absent) and pop_range_keys (an eviction that needs the keys) leave
+    what put and range_keys + delete leave: content, counts, ordered scans, changelog and abort, on
+    every provider, also when a bulk write is the batch's only write (its lists are the changelog)."""
+    p = make()
+    s = p.open("op", 0, -1)
+    first = [K((i,)) for i in range(0, 6000, 2)]
+    s.insert_many(first, [b"a%d" % i for i in range(len(first))])      # the batch's only write
+    s.commit(0)
+    model = {k: b"a%d" % i for i, k in enumerate(first)}
+    assert content(make(local="w1").open("op", 0, 0)) == model
+    more = [K((i,)) for i in range(1, 3001, 2)]                         # new keys among the stored ones
+    assert s.multi_get(more[:3]) == [None] * 3
+    s.insert_many(more, [b"m" + k for k in more])
+    model.update({k: b"m" + k for k in more})
+    got = s.pop_range_keys(K((100,)), K((2100,)))
+    assert got == sorted(k for k in model if K((100,)) <= k < K((2100,)))
+    for k in got:
+        model.pop(k)
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_updated, m.num_rows_removed) == (len(model), len(more), len(got))
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+    assert s.pop_range_keys(K((100,)), K((2100,))) == []
+    s.commit(1)
+    assert content(make(local="w2").open("op", 0, 1)) == model
+    head = s.pop_range_keys(None, K((50,)))                             # the batch's only write: a bulk delete
+    assert head == sorted(k for k in model if k < K((50,)))
+    s.commit(2)
+    for k in head:
+        model.pop(k)
+    assert content(make(local="w3").open("op", 0, 2)) == model
+    s.pop_range_keys(None, None)
+    s.insert_many([K((-1,))], [b"x"])
+    s.abort()
+    assert content(s) == model and s.metrics().num_rows_total == len(model)
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+
+
+def test_remove_many_is_the_delete_loop_for_stored_keys(make):
+    """remove_many (keys the caller knows are stored: an eviction through a side index) leaves what
+    delete leaves: content, counts, changelog; also for keys the batch itself put."""
+    p = make()
+    s = p.open("op", 0, -1)
+    s.put_many([K((i,)) for i in range(4000)], [b"v%d" % i for i in range(4000)])
+    s.commit(0)
+    s.put(K((5000,)), b"new")
+    gone = [K((i,)) for i in range(3999, -1, -3)] + [K((5000,))]      # not in key order
+    s.remove_many(gone)
+    model = {K((i,)): b"v%d" % i for i in range(4000)}
+    for k in gone[:-1]:
+        model.pop(k)
+    m = s.metrics()
+    assert (m.num_rows_total, m.num_rows_removed) == (len(model), len(gone))
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+    s.commit(1)
+    assert content(make(local="w2").open("op", 0, 1)) == model
