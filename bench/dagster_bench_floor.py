@@ -1,28 +1,14 @@
-"""Second code location of bench/dagster_overhead.py: Dagster's floor, an empty one-op job and an
-empty five-op job (the batch graph's shape, values passed between ops, no work), in a location
-that builds no increments definitions, so their run processes do exactly what Dagster alone does
-(no engine preload: orchestration/preload.py starts from build_definitions)."""
+"""Second code location of bench/dagster_overhead.py: the empty one-op and five-op jobs of
+bench/dagster_bench_location.py, loaded the same way (the same imports and definitions: each run
+pays the same code location load as the batch run), with the engine preload off
+(INCREMENTS_PRELOAD=0, orchestration/preload.py): their run processes do only what Dagster does
+for such a run. Only the two jobs are exposed (no sensors or schedules evaluated twice)."""
+import os
+import runpy
+
 import dagster as dg
 
+os.environ["INCREMENTS_PRELOAD"] = "0"      # this location's code server and its run processes
+_bench = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "dagster_bench_location.py"))
 
-@dg.op
-def noop():
-    return None
-
-
-@dg.job(executor_def=dg.in_process_executor)
-def empty_job():
-    noop()
-
-
-@dg.op
-def step(x):
-    return x
-
-
-@dg.job(executor_def=dg.in_process_executor)
-def empty5_job():
-    step.alias("commit")(step.alias("write")(step.alias("process")(step.alias("read")(noop.alias("plan")()))))
-
-
-defs = dg.Definitions(jobs=[empty_job, empty5_job])
+defs = dg.Definitions(jobs=[_bench["empty_job"], _bench["empty5_job"]])

@@ -10,8 +10,9 @@ PostgreSQL storage, run queue), all figures from one run of this script:
    `pip install` does in the image), so no run pays for compiling them.
 2. A batch run (reads one new JSON file of 1,000 rows, writes a parquet sink) beside an empty
    one-op job and an empty five-op job (the batch graph's shape, values passed between ops, no
-   work: what Dagster alone costs for five ops; in a second code location without increments
-   definitions, bench/dagster_bench_floor.py), launched alternately over GraphQL. Wall time =
+   work: what Dagster alone costs for five ops; from a second code location loading the same
+   definitions with the engine preload off, bench/dagster_bench_floor.py), launched alternately
+   over GraphQL. Wall time =
    end - creation (queue + launch + process start + code load + steps). Goal: batch <= 1.2x the
    one-op run; batch / five-op is what is ours. Each run is split by its event
    log: queue (created -> RUN_STARTING), worker start (-> "Started process for run": a new
@@ -206,8 +207,8 @@ def report(imports, times, split, lost, per_event) -> None:
 
 RUN_KINDS = ("batch", "empty", "empty5")
 JOBS = {"batch": "bench_copy_batch", "empty": "empty_job", "empty5": "empty5_job"}
-#: the empty jobs run from a location without increments definitions (bench/dagster_bench_floor.py):
-#: Dagster's floor, without the engine preload a location of queries starts in its run processes
+#: the empty jobs run from a second location (bench/dagster_bench_floor.py): the same code location
+#: load as the batch run's, without the engine preload a location of queries starts in its runs
 LOCATIONS = {"batch": "bench", "empty": "floor", "empty5": "floor"}
 
 
