@@ -486,8 +486,9 @@ def report(args, minutes: float, samples: list[dict], snaps: list, load0: tuple 
     mode = (f"dagster baseline ({args.dagster_baseline} no-op ops)" if args.dagster_baseline else
             "dagster fan-out" if args.dagster else "local runner")
     load1 = os.getloadavg()
-    print(f"soak: {args.source} -> {args.sink}, {mode}, {args.rate} rows/s as {args.files_per_second}/s, "
-          f"{args.keys} keys, {minutes:g} min; ended {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
+    feed = "no input, " if args.dagster_baseline else (f"{args.source} -> {args.sink}, {args.rate} rows/s as "
+                                                        f"{args.files_per_second}/s, {args.keys} keys, ")
+    print(f"soak: {mode}, {feed}{minutes:g} min; ended {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
           f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the start, {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")
     diag = args.diagnose
     print(f"{'min':>6} {'batch':>7} {'rss MB':>8} {'arrow':>6} {'duckdb':>6} {'fds':>5} {'thr':>4} {'chk MB':>7} "
