@@ -33,7 +33,7 @@ from ..plan import nodes as n
 from ..sinks import quarantine as q
 from ..sql import run_sql
 from .base import BatchContext, PhysicalOp
-from .join_condition import qualify_sql
+from .join_outputs import qualify_sql
 
 VIOLATIONS = ("warn", "drop", "fail")
 SAMPLE_ROWS = 5

@@ -50,7 +50,8 @@ from ..redaction import logger as redacting_logger
 from ..sql import quote_ident, run_sql
 from . import join_state as js
 from .base import BatchContext, PhysicalOp
-from .join_condition import JoinSpec, Side, analyse, event_time_us_sql, select_list
+from .join_condition import JoinSpec, Side, analyse, event_time_us_sql
+from .join_outputs import select_list
 from .join_static import StreamStaticJoinOp
 
 log = redacting_logger("increments.join")

@@ -11,7 +11,8 @@ import pyarrow as pa
 from ..errors import AnalysisException
 from ..sql import quote_ident, run_sql
 from .base import BatchContext, PhysicalOp
-from .join_condition import JoinSpec, select_list
+from .join_condition import JoinSpec
+from .join_outputs import select_list
 
 
 class StreamStaticJoinOp(PhysicalOp):
