@@ -19,13 +19,8 @@ Commit of version N under a fresh token T (each step leaves N-1 loadable, see st
      and ``close`` wait for it.
   4. cleanup every ``snapshot_interval`` versions (state.filebacked).
 
-Two snapshot formats, both under ``N.T.snapshot/`` with ``_meta.json`` last (its ``format`` says
-which): a small version (at most ``rows_snapshot_max`` rows, 4096 by default, and 4 MiB of keys and
-values) is read out of the working copy right after step 2 and written as one Arrow file
-``rows.arrow`` (the changelog's encoding, ``format: "rows"``); a larger one is a RocksDB checkpoint
-(``format`` absent). rocksdict holds the GIL through a checkpoint (its memtable flush and fsyncs, 2-3
-ms even for a few hundred rows) and every thread of the process waits; reading 4096 rows takes
-about 1.5 ms, and loading the rows format writes them into a fresh working copy in one WriteBatch.
+Two snapshot formats (a small version as one Arrow file of rows, a larger one as a RocksDB
+checkpoint): state/rocksdb_snapshots.py, which writes and reads them.
 
 Loading (V, token): the working copy is reused when it holds (V, token) and the rows the
 checkpoint records for it -- the token itself carries them (state.files.new_token), so with the
@@ -47,20 +42,17 @@ from itertools import repeat
 from operator import is_not
 from typing import Iterator
 
-from rocksdict import Checkpoint, ReadOptions
+from rocksdict import ReadOptions
 
 from . import files
 from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
+from .rocksdb_snapshots import (ROWS_SNAPSHOT_MAX, download_snapshot, local_checkpoint, rows_snapshot,
+                                upload_snapshot)
 from .sortedkeys import SortedKeys
-from .working import (Claim, Working, copy_db, private_copy_path, private_store_dir,
-                      remove_leftovers)
+from .working import Claim, Working, private_copy_path, private_store_dir, remove_leftovers
 
 log = logging.getLogger("increments.state.rocksdb")
-
-ROWS_SNAPSHOT_MAX = 4096             # default rows_snapshot_max (module doc: the two snapshot formats)
-ROWS_SNAPSHOT_MAX_BYTES = 4 << 20
-ROWS_FILE = "rows.arrow"
 
 
 class RocksDBStateStore(StateStore):
@@ -245,6 +237,8 @@ class RocksDBStateStoreProvider(FileBackedProvider):
     ``rows_snapshot_max``, the most rows a version may hold to be snapshotted as rows (module doc;
     0: always a RocksDB checkpoint)."""
     log_kind = "changelog"
+    #: through the class, so tests can make the upload fail or crash at it (tests/state/crash_commit.py)
+    _upload_snapshot = staticmethod(upload_snapshot)
 
     def __init__(self, checkpoint, *, local_dir: str | None = None, rows_snapshot_max: int = ROWS_SNAPSHOT_MAX,
                  **conf):
@@ -379,8 +373,8 @@ class RocksDBStateStoreProvider(FileBackedProvider):
 
         def fill(path: str) -> None:
             if tr.snapshot is not None:
-                rows[0], snapshot_rows[0] = self._download_snapshot(loc, tr.snapshot,
-                                                                    tr.listing.snapshots[tr.snapshot], path)
+                rows[0], snapshot_rows[0] = download_snapshot(loc, tr.snapshot,
+                                                              tr.listing.snapshots[tr.snapshot], path)
 
         w = self._open_working(operator, partition, fill=fill)
         if snapshot_rows[0] is not None:                 # a rows snapshot: written into the fresh copy
@@ -393,34 +387,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._verified[key] = (version, token, rows[0])
         return w
 
-    @staticmethod
-    def _download_snapshot(loc, snap: tuple[int, str], names: list[str], path: str) -> tuple[int, tuple | None]:
-        """Fill the (empty) working copy directory ``path`` with the snapshot's files: (its rows,
-        None); a rows snapshot leaves ``path`` empty and returns (its rows, (keys, values))."""
-        prefix = files.snapshot_name(*snap) + "/"
-        meta = json.loads(loc.read_bytes(prefix + files.META))
-        if meta.get("version") != snap[0] or (snap[1] and meta.get("token") != snap[1]):
-            raise StateStoreError(f"{loc.join(prefix + files.META)} records version {meta.get('version')} "
-                                  f"token {meta.get('token')}, not {snap[0]} {snap[1]}")
-        if meta.get("format") == "rows":
-            inner, keys, values = files.decode_rows(loc.read_bytes(prefix + ROWS_FILE))
-            if inner.get("version") != meta["version"] or len(keys) != int(meta["rows"]):
-                raise StateStoreError(f"{loc.join(prefix + ROWS_FILE)} holds version {inner.get('version')} with "
-                                      f"{len(keys)} rows, not version {meta['version']} with {meta['rows']} as "
-                                      f"{files.META} records")
-            return int(meta["rows"]), (keys, values)
-        local = loc.local_path(prefix)
-        if local is not None:
-            copy_db(local, path, link=True)
-        else:
-            for name in names:
-                rel = name[len(prefix):]
-                if rel == files.META or "/" in rel:
-                    continue
-                with open(os.path.join(path, rel), "wb") as f:
-                    f.write(loc.read_bytes(name))
-        return int(meta["rows"]), None
-
     # -- commit ----------------------------------------------------------------------------------------
     def _write_version(self, store: RocksDBStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
@@ -432,12 +398,12 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._apply_local(store._w, keys, values, meta, lineage)
         self._verified[key] = (version, meta["token"], meta["rows"])
         if not self.changelog_checkpointing:   # the snapshot is what makes (N, T) loadable: synchronous
-            rows = self._rows_snapshot(store._w, meta)
+            rows = rows_snapshot(store._w, meta, self.rows_snapshot_max)
             self._upload_snapshot(rows if rows is not None else
-                                  self._local_checkpoint(store._w, version, loc, meta["token"]), loc, meta)
+                                  local_checkpoint(store._w, version, loc, meta["token"]), loc, meta)
         elif self.cleanup_due(version):
             self._await_upload(key)            # the previous one, normally long done: one at a time per store
-            rows = self._rows_snapshot(store._w, meta)      # read now: the copy holds exactly N
+            rows = rows_snapshot(store._w, meta, self.rows_snapshot_max)      # read now: the copy holds exactly N
             # else set once the job's local checkpoint of version N exists
             taken = threading.Event() if rows is None else None
             with self._lock:   # partitions commit concurrently (execution/state_manager.py)
@@ -450,16 +416,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                     self._taken[key] = taken
                 self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, store._w, taken, loc,
                                                            meta, key, rows)
-
-    def _rows_snapshot(self, w: Working, meta: dict) -> bytes | None:
-        """Version N (the working copy as the commit left it) encoded as a rows snapshot, or None
-        when it is too large for one (module doc)."""
-        if meta["rows"] > self.rows_snapshot_max:
-            return None
-        kv = w.items(self.rows_snapshot_max, ROWS_SNAPSHOT_MAX_BYTES)
-        if kv is None or len(kv[0]) != meta["rows"]:
-            return None
-        return files.encode_rows(kv[0], kv[1], meta)
 
     def _keep_version(self, store: RocksDBStateStore, meta: dict, lineage: dict[int, str]) -> None:
         self._apply_local(store._w, [], [], meta, lineage)
@@ -482,21 +438,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                 if self._taken.get(k) is e:
                     del self._taken[k]
 
-    @staticmethod
-    def _local_checkpoint(w: Working, version: int, loc=None, token: str = "") -> str:
-        """A RocksDB checkpoint of the working copy as it is now (at `version`): when the store
-        ``loc`` is on the local disk, inside the store directory as ``.tmp-<v>.<token>.snapshot``
-        (a temp name every listing skips; _upload_snapshot renames it), else beside the working copy."""
-        store_dir = loc.local_path() if loc is not None and loc.is_local else None
-        if store_dir is not None:
-            os.makedirs(store_dir, exist_ok=True)
-            local = os.path.join(store_dir, ".tmp-" + files.snapshot_name(version, token))
-        else:
-            local = f"{w.path}.ckpt-{version}"
-        shutil.rmtree(local, ignore_errors=True)
-        Checkpoint(w.db).create_checkpoint(local)
-        return local
-
     def _snapshot_then_cleanup(self, w: Working, taken: threading.Event | None, loc, meta: dict,
                                key: tuple[str, int], rows: bytes | None = None) -> None:
         """The background job: a local checkpoint of the working copy as the commit left it (the
@@ -507,7 +448,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         try:
             if rows is None:
                 try:
-                    local = self._local_checkpoint(w, meta["version"], loc, meta["token"])
+                    local = local_checkpoint(w, meta["version"], loc, meta["token"])
                 finally:
                     taken.set()
             self._upload_snapshot(local if rows is None else rows, loc, meta)
@@ -517,69 +458,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                         "stays loadable from its changelogs", key[0], key[1], redact(e))
         finally:
             self._cleanup(*key, meta["version"])
-
-    @staticmethod
-    def _upload_snapshot(local: str | bytes, loc, meta: dict) -> None:
-        """Make the local checkpoint ``local`` the snapshot ``N.T.snapshot/`` of the store ``loc``,
-        ``_meta.json`` written last, every object create-only; ``local`` is gone afterwards.
-
-        * ``local`` as bytes: a rows snapshot (module doc): ``rows.arrow``, then ``_meta.json``
-          with ``format: "rows"`` (each files.put: its own fsync and directory fsync).
-
-        * ``local`` inside the store directory (``.tmp-N.T.snapshot``, see _local_checkpoint): each
-          non-.sst file is fsynced (RocksDB syncs its table files), the directory is renamed to
-          ``N.T.snapshot`` (a name no other attempt uses: the token is fresh), then the snapshot
-          directory and the store directory are fsynced, then ``_meta.json`` is written (files.put:
-          its own fsync and directory fsync). No file is copied or linked again.
-        * else, store on the local disk: every file is hard-linked into ``N.T.snapshot/`` (``link``
-          fails when the name exists), the non-.sst ones fsynced, the two directories fsynced, then
-          ``_meta.json``; a file that cannot be linked (another file system) is copied with files.put.
-        * store on an object store: each file with files.put, then ``_meta.json``.
-        So after a crash or a power loss a ``_meta.json`` implies every file of the snapshot and its
-        directory entry (3 directory fsyncs per snapshot, not one per file); a crash before leaves
-        a partial snapshot (no ``_meta.json``: ignored, removed by cleanup) or a ``.tmp-`` directory
-        (never listed; removed by cleanup once an hour old)."""
-        prefix = files.snapshot_name(meta["version"], meta["token"]) + "/"
-        if isinstance(local, bytes):
-            files.put(loc, prefix + ROWS_FILE, local)
-            files.put(loc, prefix + files.META, json.dumps(dict(meta, format="rows")).encode())   # last
-            return
-        try:
-            target = loc.local_path(prefix)
-            if target is not None and os.path.dirname(local) == os.path.dirname(target.rstrip("/")):
-                for name in os.listdir(local):
-                    if not name.endswith(".sst"):
-                        _fsync_path(os.path.join(local, name), os.O_RDONLY)
-                os.rename(local, target.rstrip("/"))
-                _fsync_path(target, os.O_RDONLY)
-                _fsync_path(os.path.dirname(target.rstrip("/")), os.O_RDONLY)
-                files.put(loc, prefix + files.META, json.dumps(meta).encode())   # last: the snapshot is complete
-                return
-            linked = False
-            for name in sorted(os.listdir(local)):
-                src = os.path.join(local, name)
-                if target is not None:
-                    os.makedirs(target, exist_ok=True)
-                    dst = os.path.join(target, name)
-                    try:
-                        os.link(src, dst)                  # fails when the name exists
-                    except FileExistsError:
-                        raise
-                    except OSError:
-                        pass                               # another file system: copy
-                    else:
-                        linked = True
-                        if not name.endswith(".sst"):
-                            _fsync_path(dst, os.O_RDONLY)
-                        continue
-                with open(src, "rb") as f:
-                    files.put(loc, prefix + name, f.read())
-            if linked:
-                _fsync_path(target, os.O_RDONLY)                      # the links
-                _fsync_path(os.path.dirname(target.rstrip("/")), os.O_RDONLY)   # the snapshot directory
-            files.put(loc, prefix + files.META, json.dumps(meta).encode())   # last: the snapshot is complete
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
 
     def _await_upload(self, key: tuple[str, int]) -> None:
         """Wait for the background snapshot copy of (operator, partition), if any. A failed copy
@@ -603,12 +481,3 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._claims.clear()
         self._verified.clear()
 
-
-def _fsync_path(path: str, flags: int) -> None:
-    """fsync a file or a directory by path (errors propagate: a snapshot that cannot be made
-    durable is not completed)."""
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
