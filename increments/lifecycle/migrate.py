@@ -42,7 +42,8 @@ from ..execution.runtime import start_conf
 from ..options import writer_options
 from ..plan import nodes as n
 from ..sinks.delta import commit_properties, open_table, read_table
-from .from_sink import _key, backfill_writer, check_rows, plan_backfill
+from .from_sink import check_rows, offset_key, plan_backfill
+from .from_sink_source import backfill_writer
 
 
 @dataclasses.dataclass
@@ -151,7 +152,7 @@ def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str,
            f"{rounds[-1]['input_rows']} input rows")
     if on_round is not None:
         on_round(rounds[-1])
-    if end is None or _key(end) != _key(bf.last):
+    if end is None or offset_key(end) != offset_key(bf.last):
         raise AnalysisException(f"increments migrate --backfill-from-sink: query {name!r}: after the backfill from "
                                 f"{bf.table} the new checkpoint {new_loc.url} stands at offsets {_json(end)}, not at "
                                 f"the old query's last committed offsets {_json(bf.last)}; nothing was switched over")
