@@ -9,9 +9,10 @@ import re
 from typing import Any
 
 from ..durations import parse_duration_ms
-from .. import udf
+from ..udf import Column
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time_source
 from ..plan import nodes as n
+from ..plan import udf_rewrite
 from ..plan.udf_nodes import map_batches_node
 from ..types import parse_schema
 from .static import as_static_node
@@ -35,20 +36,20 @@ class StreamFrame:
             exprs = tuple(exprs[0])
         if not exprs:
             raise ValueError("select needs at least one expression")
-        if udf.has_udf(*exprs):   # UDF calls: evaluated on Arrow below this step (increments/udf.py)
-            return StreamFrame(udf.select(self._node, exprs))
+        if udf_rewrite.has_udf(*exprs):   # UDF calls: evaluated on Arrow below this step (plan/udf_rewrite.py)
+            return StreamFrame(udf_rewrite.select(self._node, exprs))
         return StreamFrame(n.Select(_generator_filter(self._node, exprs), tuple(str(e) for e in exprs)))
 
     def filter(self, condition: str) -> "StreamFrame":
-        if udf.has_udf(condition):
-            return StreamFrame(udf.filter(self._node, condition))
+        if udf_rewrite.has_udf(condition):
+            return StreamFrame(udf_rewrite.filter(self._node, condition))
         return StreamFrame(n.Filter(self._node, condition))
 
     where = filter
 
     def with_column(self, name: str, expr: str) -> "StreamFrame":
-        if udf.has_udf(expr):
-            return StreamFrame(udf.with_column(self._node, name, expr))
+        if udf_rewrite.has_udf(expr):
+            return StreamFrame(udf_rewrite.with_column(self._node, name, expr))
         return StreamFrame(n.WithColumn(_generator_filter(self._node, (expr,)), name, str(expr)))
 
     withColumn = with_column
@@ -97,7 +98,7 @@ class StreamFrame:
         if not isinstance(expectations, dict) or not expectations:
             raise TypeError("expect_all: pass a non-empty dict {name: SQL condition}")
         for k, v in expectations.items():
-            udf.refuse(v, "an expectation's condition")
+            udf_rewrite.refuse(v, "an expectation's condition")
             if not isinstance(k, str) or not k.strip() or not isinstance(v, str) or not v.strip():
                 raise TypeError(f"expect: name {k!r} and condition {v!r} must be non-empty strings")
         how = str(on_violation).lower()
@@ -145,7 +146,7 @@ class StreamFrame:
                "fullouter": "full_outer", "semi": "left_semi", "leftsemi": "left_semi"}.get(how, how)
         if how not in ("inner", "left_outer", "right_outer", "full_outer", "left_semi"):
             raise ValueError(f"join: how={how!r} is not one of inner, left_outer, right_outer, full_outer, left_semi")
-        udf.refuse(on, "a join condition")
+        udf_rewrite.refuse(on, "a join condition")
         right = other.node if isinstance(other, StreamFrame) else as_static_node(other)
         if isinstance(on, str) and " " not in on.strip() and "=" not in on:
             on = [on]
@@ -243,7 +244,7 @@ _NESTED_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
-            if not isinstance(k, (str, WindowSpec, SessionWindowSpec, udf.Column)):
+            if not isinstance(k, (str, WindowSpec, SessionWindowSpec, Column)):
                 raise TypeError(f"group_by key {k!r}: use a column name, F.window(...), F.session_window(...) or "
                                 "a UDF call")
         self._frame, self._keys = frame, keys
@@ -275,8 +276,8 @@ class GroupedFrame:
                 name = f"window_time({window_time_source(k.column)})"
                 child = n.WithColumn(child, name, k.column)
                 k = dataclasses.replace(k, column=name)
-            if isinstance(k, udf.Column):   # a UDF key: computed into a column named like Spark's
-                child, k = udf.with_column(child, udf.key_name(k), k), udf.key_name(k)
+            if isinstance(k, Column):   # a UDF key: computed into a column named like Spark's
+                child, k = udf_rewrite.with_column(child, udf_rewrite.key_name(k), k), udf_rewrite.key_name(k)
             keys.append(k)
         return StreamFrame(n.Aggregate(child, tuple(keys), tuple(aggs)))
 

@@ -249,5 +249,5 @@ def build_drop_columns(compiler: Any, node: Any) -> PhysicalOp:
 
 
 def build_udf_filter(compiler: Any, node: Any) -> PhysicalOp:
-    from ..udf import expand_filter
+    from ..plan.udf_rewrite import expand_filter
     return compiler.build(expand_filter(node))
