@@ -25,7 +25,8 @@ from ..errors import AnalysisException
 from ..functions import window_time_source
 from ..operators.base import PhysicalOp
 from ..operators.join_outputs import qualify_sql
-from ..operators.stateless import ParseJsonOp, ScanOp, SqlOp, StaticScanOp, WatermarkOp
+from ..operators.parse_json import ParseJsonOp
+from ..operators.stateless import ScanOp, SqlOp, StaticScanOp, WatermarkOp
 from ..sql import quote_ident, run_sql
 from . import nodes as n
 from . import validate
