@@ -9,7 +9,7 @@ from . import functions, storage
 from .api.reader import DataFrameReader, DataStreamReader
 from .errors import (AnalysisException, ArithmeticOverflowError, ConcurrentRunError, DataLossError, ExpectationFailed,
                      IncompatibleCheckpointError, IncrementsError, MalformedInputError, StreamingQueryException)
-from .execution.listeners import StreamingQueryListener, StreamingQueryManager
+from .execution.listeners import StreamingQueryListener, StreamingQueryManager, streams
 from .sinks import dead_letter
 from .sinks.memory import memory_batches, memory_table
 
@@ -18,7 +18,6 @@ __version__ = "0.1.0"
 read_stream = DataStreamReader()
 readStream = read_stream
 read = DataFrameReader()
-streams = StreamingQueryManager()
 
 
 def read_state(checkpoint, operator: str | int | None = None, version: int | None = None, *,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import streams
 from ..errors import AnalysisException
+from ..execution.listeners import streams
 from ..execution.settings import WriterSettings
 from ..identifiers import check_query_name
 from ..triggers import Trigger
