@@ -40,6 +40,9 @@ import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from increments import storage
+from increments.storage import redact
+
 from . import files
 from .filebacked import FileBackedProvider
 from .rocksdb_snapshots import (ROWS_SNAPSHOT_MAX, download_snapshot, local_checkpoint, rows_snapshot,
@@ -78,7 +81,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
     @property
     def root(self) -> str:
         if self._root is None:
-            from increments import storage
             h = hashlib.sha1(self.checkpoint.url.encode()).hexdigest()[:16]
             self._root = storage.private_dir(self.local_dir, "state", h)
         return self._root
@@ -271,7 +273,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                     taken.set()
             self._upload_snapshot(local if rows is None else rows, loc, meta)
         except Exception as e:  # noqa: BLE001
-            from increments.storage import redact
             log.warning("state snapshot of operator %r partition %d was not written (%s); the version "
                         "stays loadable from its changelogs", key[0], key[1], redact(e))
         finally:

@@ -5,6 +5,8 @@ has long imported Dagster):
   Dagster nor the orchestration package: only orchestration/ knows Dagster;
 - `import increments` stays light: the planner's operators, DuckDB and the execution engine load
   when a query is built, not when the package is imported;
+- the state package depends only on what lies below the engine (increments.storage, types, lazy,
+  errors, ...), never on the engine, which imports it;
 - the Dagster code location (`orchestration.definitions` over the example queries) loads without the
   engine's heavy libraries: DuckDB, pyarrow, deltalake, RocksDB, pyiceberg and the Kafka client load
   when an op runs (every launched run imports the code location again before its first op);
@@ -46,6 +48,27 @@ def test_import_increments_does_not_load_the_planner_or_the_engine():
     out = _run("import sys, increments\n"
                "print(sorted(m for m in sys.modules if m.startswith(('increments.operators', 'increments.plan.compiler',\n"
                "             'increments.execution.query', 'increments.execution.steps', 'duckdb'))))")
+    assert out == "[]"
+
+
+#: what the state package uses of increments: the modules below the engine (the package root
+#: itself imports nothing: its exports load on first use)
+BELOW_STATE = ("increments", "increments.errors", "increments.identifiers", "increments.lazy", "increments.redaction",
+               "increments.storage", "increments.types")
+
+
+def test_state_depends_only_on_what_lies_below_it():
+    """The engine imports state (operators, execution); state imports none of the engine: every
+    module of state, imported in a fresh interpreter, loads of increments only BELOW_STATE (and
+    storage's own modules), and those load nothing of state."""
+    out = _run("import importlib, pkgutil, sys, state\n"
+               "for m in pkgutil.walk_packages(state.__path__, 'state.'): importlib.import_module(m.name)\n"
+               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'increments'))")
+    loaded = eval(out)
+    assert "increments.storage" in loaded
+    assert [m for m in loaded if m not in BELOW_STATE and not m.startswith("increments.storage.")] == []
+    out = _run(f"import importlib, sys\nfor m in {BELOW_STATE!r}: importlib.import_module(m)\n"
+               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'state'))")
     assert out == "[]"
 
 
