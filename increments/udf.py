@@ -46,6 +46,7 @@ from .lazy import lazy_module
 
 from .errors import IncrementsError
 from .identifiers import duckdb_ident
+from .types import arrow_to_duckdb, parse_schema, state_type_name
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
@@ -85,7 +86,6 @@ def parse_return_type(return_type: Any, what: str) -> pa.DataType:
     if not isinstance(return_type, str) or not return_type.strip():
         raise TypeError(f"{what}: return type {return_type!r}: give a Spark DDL type string such as 'string', "
                         "'bigint', 'double', 'boolean', 'timestamp' or a pyarrow DataType")
-    from .types import parse_schema
     try:
         return parse_schema(f"__r {return_type.strip()}").fields[0].arrow_type
     except ValueError as e:
@@ -145,7 +145,6 @@ class UserDefinedFunction:
     asNondeterministic = as_nondeterministic
 
     def describe(self) -> str:
-        from .types import state_type_name
         return (f"{self.kind} udf {self.qualified_name} -> {state_type_name(self.return_type)} "
                 f"[code {code_hash(self.func)}]")
 
@@ -233,7 +232,6 @@ class Column:
     isNull, isNotNull = is_null, is_not_null
 
     def cast(self, type_text: str) -> "Column":
-        from .types import arrow_to_duckdb
         t = arrow_to_duckdb(parse_return_type(type_text, "cast"))
         return Column(f"CAST({self.sql} AS {t})", f"CAST({self.display} AS {type_text})")
 

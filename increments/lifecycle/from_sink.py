@@ -60,6 +60,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .. import storage
 from ..checkpoint.log import open_log
@@ -164,8 +165,6 @@ def refusal(query: str, table: str, why: str) -> AnalysisException:
 
 
 def _read_add(loc: Any, add: dict, opts: dict[str, Any]) -> pa.Table:
-    import pyarrow.parquet as pq
-
     rel = unquote(add["path"])
     if "://" in rel or os.path.isabs(rel):
         parent, _, name = rel.rpartition("/")
@@ -235,7 +234,7 @@ def _table_history(query: str, table: str, loc: Any, old_id: str, last: int, lat
 
 def plan_backfill(writer: Any, sink_path: str, opts: dict[str, Any], query: str) -> SinkBackfill:
     """Check the contract (module doc) and gather what the backfill reads; writes nothing."""
-    from .migrate import _sink_fingerprint
+    from .migrate import _sink_fingerprint  # noqa: PLC0415 - cycle: increments.lifecycle.migrate -> increments.lifecycle.from_sink
     s = writer.settings
     shown = storage.redact_url(sink_path)
     o = writer_options(s, required=False)

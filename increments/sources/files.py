@@ -242,7 +242,7 @@ class FileSource(FileReadAhead, Source):
             if not first:
                 raise ValueError(f"read_stream.files({storage.redact_url(self.path)!r}, 'parquet'): no schema given "
                                  "and no file to infer it from; pass schema=")
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow: kept off the code location's import path
             loc, name = first[0]
             with LocalCopy(loc, name, self.local_dir) as path:
                 self._schema = parse_schema(pq.read_schema(path))
