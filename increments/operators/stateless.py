@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -129,7 +130,6 @@ class SqlOp(PhysicalOp):
 def is_overflow(e: BaseException) -> bool:
     """A DuckDB error of an integer result beyond its type: `x + 1` at BIGINT's limit (Out of Range
     Error) or a cast of a number out of the target's range (Conversion Error ... out of range)."""
-    import duckdb
     if isinstance(e, duckdb.OutOfRangeException):
         return True
     return isinstance(e, duckdb.ConversionException) and "out of range" in str(e) and "string" not in str(e).lower()
