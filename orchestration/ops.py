@@ -29,7 +29,11 @@ from typing import Any
 
 import dagster as dg
 
+from increments.errors import ConcurrentRunError
 from increments.redaction import redact
+from . import health, runner
+from .expectations import evaluations, failure_evaluation
+from .refusal import refusal
 
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
@@ -55,7 +59,6 @@ def query_pool(spec: Any) -> str:
 
 
 def _rt(spec: Any, context: Any) -> Any:
-    from . import runner
     return runner.runtime_for_run(spec.key, spec.writer_factory, spec.path, context.run_id)
 
 
@@ -64,7 +67,7 @@ def _tag(context: Any, tags: dict[str, Any]) -> None:
 
 
 def _active_drain(spec: Any, rt: Any, drain_id: str | None) -> Any:
-    from increments.checkpoint.drains import DrainLog
+    from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
     drains = DrainLog.for_runtime(rt)
     if drain_id:
         d = drains.get(drain_id)
@@ -94,13 +97,11 @@ def _short(reason: str) -> str:
 def mark_idle(context: Any, spec: Any, reason: str) -> None:
     """Nothing to do: tag the run (outcome idle, the reason) and end the plan step without its
     outputs, so every later step is skipped and the run succeeds (no failure, nothing applied)."""
-    from . import runner
     _tag(context, {OUTCOME_TAG: "idle", REASON_TAG: f"nothing to do: {_short(reason)}"[:200]})
     runner.release_run(spec.key, context.run_id)
 
 
 def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
-    from . import runner
     _tag(context, {OUTCOME_TAG: "refused", REASON_TAG: _short(reason)[:200],
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
     runner.release_run(spec.key, context.run_id)
@@ -108,7 +109,6 @@ def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> 
 
 def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
     """A later step lost the log's fence: fail this step with the reason (never retried)."""
-    from .refusal import refusal
     refusal_tags(context, spec, reason, batch_id)
     raise refusal(f"refused: {_short(reason)}")
 
@@ -117,8 +117,6 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
     """Run one step: (True, result); a run that lost the log's fence is refused (the step fails, never retried).
     Any other error: the runtime is dropped (a retry rebuilds it from the log); on the last
     attempt the batch's failure is recorded (tags, failed check on the sink); then dg.Failure."""
-    from increments.errors import ConcurrentRunError
-    from . import runner
     try:
         return fn()
     except ConcurrentRunError as e:
@@ -134,7 +132,6 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
         md = {**({"batch_id": str(batch_id)} if batch_id is not None else {}), "step": step, "attempt": str(attempt),
               "error": dg.MetadataValue.text(text[:4000]), **location_metadata(text)}
         if last:
-            from .expectations import failure_evaluation
             try:                      # an on_violation="fail" expectation: its blocking check fails
                 failed_check = failure_evaluation(spec, e, batch_id)
             except Exception:  # noqa: BLE001 - the halt below is what must be recorded
@@ -147,7 +144,7 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
 
 
 def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: str, md: dict[str, Any]) -> None:
-    from .chain import end_batch
+    from .chain import end_batch  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
     try:
         end_batch(context, spec, failed=True)        # a drain's backfill shows the failed batch
     except Exception as e:  # noqa: BLE001 - the halt below is what must be recorded
@@ -205,12 +202,11 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                        "launch that may not run (a committed or future batch id): only `refused` (read .. write are "
                        "skipped; commit fails with the reason).")
     def plan_op(context):
-        from . import runner
-        from increments.checkpoint.drains import DrainLog
+        from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
         if context.dagster_run.tags.get(QUERY_TAG) != spec.name:     # a Materialize runs Dagster's asset job
             _tag(context, {QUERY_TAG: spec.name})
         wanted, drain_id, bad = wanted_batch(context)
-        from . import chain
+        from . import chain  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
         stop = chain.begin_batch(context, spec)     # a drain backfill's run: the next run created, out of cancel
         if stop:
             context.log.info(stop)
@@ -255,7 +251,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
         @dg.op(name=f"{k}__{name}", ins={"batch": dg.In(dict)}, out=dg.Out(dict, is_required=False),
                retry_policy=policy, description=desc)
         def step_op(context, batch: dict):
-            from increments.execution import steps
+            from increments.execution import steps  # noqa: PLC0415 - increments.execution.steps (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
 
             def run():
                 rt = _rt(spec, context)
@@ -273,10 +269,8 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                        "checks; during a drain, queue the next batch run. When plan refused the launch, the "
                        "only failing step: the reason and what to launch instead (never retried).")
     def commit_op(context, batch: list):
-        from increments.execution import steps
-        from . import runner
+        from increments.execution import steps  # noqa: PLC0415 - increments.execution.steps (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
         if len(batch) != 1 or isinstance(batch[0], str):       # plan refused: read .. write were skipped
-            from .refusal import refusal
             raise refusal(next((b for b in batch if isinstance(b, str)), "refused"))
         batch = batch[0]
 
@@ -310,7 +304,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                             data_version=dg.DataVersion(prov["version"]) if prov.get("version") else None)
         for ev in own_evaluations(context, events):   # after the materialization: they evaluate this batch
             context.log_event(ev)
-        from . import chain
+        from . import chain  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
         try:                     # a drain: queue the next batch's run (chain.py)
             run_id = chain.after_commit(context, spec, batch["batch_id"], nxt)
         except Exception as e:  # noqa: BLE001 - the sensor requests the batch on its next tick
@@ -327,7 +321,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
            "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
            "commit": commit_op}
     if spec.fanout:
-        from .fanout import make_fanout_ops
+        from .fanout import make_fanout_ops  # noqa: PLC0415 - cycle: orchestration.fanout -> orchestration.ops
         ops.update(make_fanout_ops(spec, policy))
     return ops
 
@@ -335,7 +329,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
 def provenance(spec: Any, instance: Any, rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
     """{'tags': input data versions of what batch N read, 'version': the sink's data version}
     (observations.py: the sink is "Unsynced" exactly while a source holds unread data)."""
-    from .observations import provenance_tags, sink_data_version
+    from .observations import provenance_tags, sink_data_version  # noqa: PLC0415 - cycle: orchestration.observations -> orchestration.assets -> orchestration.metadata -> orchestration.ops
     return {"tags": provenance_tags(spec, rt, dict(plan.entry.end), instance),
             "version": sink_data_version(rt, entry.sink_version)}
 
@@ -351,9 +345,7 @@ def own_evaluations(context: Any, events: list[Any]) -> list[Any]:
 
 def _plan(spec: Any, context: Any, wanted: int | None, drain_id: str | None) -> tuple[Any, Any, Any]:
     """(runtime, plan | None (idle) | refusal text, drain)."""
-    from increments.errors import ConcurrentRunError
-    from increments.execution import steps
-    from . import runner
+    from increments.execution import steps  # noqa: PLC0415 - increments.execution.steps (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
     rt = _rt(spec, context)
     reason = runner.refusal(rt, wanted, f"{spec.key}_batch")
     if reason:
@@ -374,9 +366,8 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
                  progress: dict) -> tuple[dict[str, Any], list[Any], tuple[int, str] | None]:
     """Of committed batch N: (the materialization's metadata, the check evaluations to log after
     it, (N + 1, drain id) when its drain goes on)."""
-    from increments.checkpoint.drains import DrainLog
-    from . import health, runner
-    from .metadata import materialization_metadata
+    from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
+    from .metadata import materialization_metadata  # noqa: PLC0415 - cycle: orchestration.metadata -> orchestration.ops
     rec = runner.lineage(rt, plan, entry, progress)
     md = materialization_metadata(rt, rec, progress, context.run_id, context.instance)
     events: list[Any] = []
@@ -384,9 +375,8 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
         events.append(dg.AssetCheckEvaluation(
             asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
             description=desc, severity=dg.AssetCheckSeverity.WARN))
-    from .freshness import commit_evaluation
+    from .freshness import commit_evaluation  # noqa: PLC0415 - cycle: orchestration.freshness -> orchestration.assets -> orchestration.metadata -> orchestration.ops
     events.append(commit_evaluation(spec, rt))
-    from .expectations import evaluations
     events.extend(evaluations(spec, progress, plan.batch_id))     # one check per expectation
     events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
@@ -400,7 +390,7 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     if drain is None or not drain.active:
         return md, events, None
     if runner.drain_has_more(rt, drain):
-        from .chain import drain_cancelled
+        from .chain import drain_cancelled  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
         if not drain_cancelled(context):
             return md, events, (plan.batch_id + 1, drain_id)
         drains.finish(drain_id, "cancelled")           # its backfill was cancelled: stop after this batch
@@ -420,7 +410,7 @@ def drain_observation(spec: Any, drain_id: str, state: str, batches: int) -> dg.
 
 def _step_metadata(info: Any) -> dict[str, Any]:
     """The op's output metadata from its step's result (ReadResult, ProcessResult or WriteResult)."""
-    from increments.execution.step_results import ProcessResult, ReadResult
+    from increments.execution.step_results import ProcessResult, ReadResult  # noqa: PLC0415 - increments.execution.step_results (numpy, pyarrow): kept off the code location's import path
     if isinstance(info, ReadResult):
         return {"num_input_rows": info.num_input_rows, "duration_ms": info.get_batch_ms}
     if isinstance(info, ProcessResult):
@@ -432,5 +422,5 @@ def _step_metadata(info: Any) -> dict[str, Any]:
 
 def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The batch's own entries of the sink materialization (orchestration/metadata.py)."""
-    from .metadata import batch_metadata
+    from .metadata import batch_metadata  # noqa: PLC0415 - cycle: orchestration.metadata -> orchestration.ops
     return batch_metadata(rec, run_id)
