@@ -28,6 +28,7 @@ import dagster as dg
 
 from increments.options import writer_options
 from increments.redaction import redact_url
+
 from .metadata import sink_kinds, source_kinds
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from increments.plan.nodes import SourceNode, WithWatermark
+
 from . import health, runner
 from .health import RULES, applicable_rules
 from .ops import ERRORS_CHECK, location_metadata

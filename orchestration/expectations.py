@@ -23,6 +23,7 @@ import dagster as dg
 from increments.errors import ExpectationFailed
 from increments.plan.nodes import Expect
 from increments.redaction import redact
+
 from . import runner
 
 RESERVED = ("processed_rate", "batch_duration", "state_rows", "kafka_lag", "watermark_lag", "batch_errors",

@@ -51,8 +51,8 @@ from typing import Any, Callable
 import dagster as dg
 
 from increments.options import refuse_unknown, writer_options
-
 from increments.plan.nodes import SourceNode
+
 from .assets import build_assets, sink_asset, source_assets
 from .checks import make_checks
 from .dagster_internals import check_deployment

@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 
 from increments.execution import partitioned, steps
+
 from .celery_warm import imports_during, partition_warmth
 from .ops import _rt, guarded
 

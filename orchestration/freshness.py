@@ -40,6 +40,7 @@ from typing import Any
 import dagster as dg
 
 from increments.durations import parse_duration_ms
+
 from . import runner
 from .assets import trigger_text
 from .dagster_internals import last_cron_tick

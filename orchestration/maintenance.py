@@ -46,6 +46,7 @@ import dagster as dg
 from increments import storage
 from increments.durations import parse_duration_ms
 from increments.options import writer_options
+
 from . import runner
 
 MAINTENANCE_TAG = "increments/maintenance"

@@ -32,6 +32,7 @@ import dagster as dg
 
 from increments import storage
 from increments.execution.lineage import describe, upstream_of, upstream_text
+
 from .ops import BATCH_TAG, OUTCOME_TAG, QUERY_TAG
 
 MAX_RUN_LINKS = 5

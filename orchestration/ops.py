@@ -31,6 +31,7 @@ import dagster as dg
 
 from increments.errors import ConcurrentRunError
 from increments.redaction import redact
+
 from . import health, runner
 from .expectations import evaluations, failure_evaluation
 from .refusal import refusal

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from state.encoding import decode_key, decode_value, encode_key
+
 from ..errors import AnalysisException
 from ..types import state_type_name
 
