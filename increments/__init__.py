@@ -2,75 +2,90 @@
 
     import increments as inc
     from increments import functions as F
+
+The package root imports nothing of the engine: every name below is loaded on first use (PEP 562
+module __getattr__), so that `import increments` stays light and the modules that lie below the
+engine (increments.lazy, storage, types, errors, ...) can be imported on their own, by the state
+package (state/) among others, without running the engine's imports (tests/test_import_boundaries.py).
 """
 from __future__ import annotations
 
-from . import functions, storage
-from .api.reader import DataFrameReader, DataStreamReader
-from .errors import (AnalysisException, ArithmeticOverflowError, DivideByZeroError, ConcurrentRunError, DataLossError, ExpectationFailed,
-                     IncompatibleCheckpointError, IncrementsError, MalformedInputError, StreamingQueryException)
-from .execution.listeners import StreamingQueryListener, StreamingQueryManager
-from .sinks import dead_letter
-from .sinks.memory import memory_batches, memory_table
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-read_stream = DataStreamReader()
-readStream = read_stream
-read = DataFrameReader()
-streams = StreamingQueryManager()
+#: public name -> (module, attribute; None: the module itself)
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "functions": ("increments.functions", None),
+    "storage": ("increments.storage", None),
+    "dead_letter": ("increments.sinks.dead_letter", None),
+    "DataFrameReader": ("increments.api.reader", "DataFrameReader"),
+    "DataStreamReader": ("increments.api.reader", "DataStreamReader"),
+    "StreamingQueryListener": ("increments.execution.listeners", "StreamingQueryListener"),
+    "StreamingQueryManager": ("increments.execution.listeners", "StreamingQueryManager"),
+    "streams": ("increments.execution.listeners", "streams"),
+    "memory_batches": ("increments.sinks.memory", "memory_batches"),
+    "memory_table": ("increments.sinks.memory", "memory_table"),
+    "read_state": ("increments.state_access", "read_state"),
+    "state_view": ("increments.state_access", "state_view"),
+    **{name: ("increments.errors", name) for name in (
+        "AnalysisException", "ArithmeticOverflowError", "ConcurrentRunError", "DataLossError", "DivideByZeroError",
+        "ExpectationFailed", "IncompatibleCheckpointError", "IncrementsError", "MalformedInputError", "StreamingQueryException")},
+    **{name: ("increments.stateful_processor", name) for name in (
+        "ExpiredTimerInfo", "ListState", "MapState", "StatefulProcessor", "StatefulProcessorHandle", "TimerValues",
+        "ValueState")},
+}
 
 
-def read_state(checkpoint, operator: str | int | None = None, version: int | None = None, *,
-               log_url: str | None = None, storage_options: dict | None = None, **kw):
-    """An operator's state as an Arrow table of keys and values (see state/reader.py).
-
-    `checkpoint` is a path or URL (s3://, gs://, az://, ...; opened with `storage_options`).
-    `version` defaults to the last committed batch. The files of a version are the ones its commit
-    row names (commits[version].extra["state_tokens"], from the log at `log_url`, else
-    INCREMENTS_LOG_URL, else the SQLite log of a local checkpoint), never a losing runner's."""
-    # not at module level: state imports increments (storage, types), so `import state` first
-    # runs this module while state.reader is still loading
-    from state.reader import read_state as _read_state
-    op = str(operator) if operator is not None else "0"
-    loc, version, tokens = _state_tokens(checkpoint, op, version, log_url, storage_options)
-    return _read_state(loc, op, version=version, tokens=tokens, storage_options=storage_options, **kw)
+def _readers() -> None:
+    """`read_stream` (alias `readStream`) and `read`: one reader of each kind per process."""
+    from .api.reader import DataFrameReader, DataStreamReader  # noqa: PLC0415 - the root loads the API on first use
+    g = globals()
+    g["read_stream"] = g["readStream"] = DataStreamReader()
+    g["read"] = DataFrameReader()
 
 
-def state_view(con, name: str, checkpoint, operator: str | int = "0", version: int | None = None, *,
-               log_url: str | None = None, storage_options: dict | None = None):
-    """Register an operator's state as a DuckDB view named `name` on connection `con` (see read_state);
-    returns the table (keep a reference while the view is in use)."""
-    table = read_state(checkpoint, operator, version, log_url=log_url, storage_options=storage_options)
-    con.register(name, table)
-    return table
+def __getattr__(name: str) -> Any:
+    if name in ("read_stream", "readStream", "read"):
+        _readers()
+        return globals()[name]
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        value = importlib.import_module(module)
+        value = value if attr is None else getattr(value, attr)
+    else:       # a submodule (inc.errors, inc.types, ...), as an eager package root made them attributes
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
 
 
-def _state_tokens(checkpoint, operator: str, version: int | None, log_url: str | None,
-                  storage_options: dict | None):
-    """(Location, version, {partition: token} or None) of an operator's state from the query's log."""
-    import os
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
-    from .checkpoint.log import open_log  # not at module level: the SQL log loads SQLAlchemy
-    from .checkpoint.metadata import read_metadata
-    loc = storage.location(checkpoint, storage_options)
-    meta = read_metadata(loc)
-    if meta is None:
-        return loc, version, None
-    if loc.is_local and not (log_url or os.environ.get("INCREMENTS_LOG_URL")) \
-            and not os.path.exists(loc.local_path("log.sqlite")):
-        return loc, version, None
-    log = open_log(log_url, loc, meta["id"], meta.get("name") or meta["id"])
-    commit = log.latest_commit() if version is None else log.get_commit(version)
-    if commit is None:
-        return loc, version, None
-    tokens = (commit.extra.get("state_tokens") or {}).get(operator)
-    return loc, commit.batch_id, ({i: t for i, t in enumerate(tokens)} if tokens else None)
 
+if TYPE_CHECKING:   # the names __getattr__ gives, for type checkers and editors
+    from . import functions, storage  # noqa: F401
+    from .api.reader import DataFrameReader, DataStreamReader
+    from .errors import (AnalysisException, ArithmeticOverflowError, ConcurrentRunError, DataLossError,  # noqa: F401
+                         DivideByZeroError, ExpectationFailed, IncompatibleCheckpointError, IncrementsError, MalformedInputError,
+                         StreamingQueryException)
+    from .execution.listeners import StreamingQueryListener, StreamingQueryManager, streams  # noqa: F401
+    from .sinks import dead_letter  # noqa: F401
+    from .sinks.memory import memory_batches, memory_table  # noqa: F401
+    from .state_access import read_state, state_view  # noqa: F401
+    from .stateful_processor import (ExpiredTimerInfo, ListState, MapState, StatefulProcessor,  # noqa: F401
+                                     StatefulProcessorHandle, TimerValues, ValueState)
+    read_stream: DataStreamReader
+    readStream: DataStreamReader
+    read: DataFrameReader
 
 __all__ = ["functions", "read_stream", "read", "streams", "read_state", "state_view", "memory_table",
            "memory_batches", "StreamingQueryListener", "AnalysisException", "ConcurrentRunError", "DataLossError",
            "ExpectationFailed", "ArithmeticOverflowError", "DivideByZeroError",
            "IncompatibleCheckpointError", "IncrementsError", "MalformedInputError", "StreamingQueryException"]
-from .stateful_processor import (ExpiredTimerInfo, ListState, MapState, StatefulProcessor,  # noqa: E402
-                                 StatefulProcessorHandle, TimerValues, ValueState)

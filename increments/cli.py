@@ -43,6 +43,8 @@ target that already holds rows of the query is refused.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import importlib
 import json
 import os
 import sys
@@ -60,7 +62,6 @@ from .options import writer_options
 def _fmt_ts(ms: int | None) -> str:
     if not ms:
         return "-"
-    import datetime as dt
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -74,7 +75,6 @@ def _resolve(query: str, checkpoint: str | None, log_url: str | None,
         return checkpoint, log_url, storage_options
     if os.path.isdir(query) or storage.scheme_of(query):
         return query, log_url, storage_options
-    import importlib
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())   # registered queries live in the project (as in workspace.yaml)
     module = os.environ.get("INCREMENTS_QUERIES", "examples.queries")
@@ -131,7 +131,7 @@ def history_rows(checkpoint: Any, log_url: str | None = None, limit: int = 50,
 def _lineage_cells(com: Any) -> dict[str, str]:
     """`read`: what each source's batch read (file names, Kafka ranges, Delta versions);
     `upstream`: the batches of other queries it read (increments/execution/lineage.py)."""
-    from .execution.lineage import describe, upstream_of, upstream_text
+    from .execution.lineage import describe, upstream_of, upstream_text  # noqa: PLC0415 - increments.execution.lineage: only the command that needs it loads it
     srcs = ((com.extra or {}).get("sources") or []) if com else []
     lins = [s.get("lineage") for s in srcs]
     read = "; ".join(f"{i}: {describe(x)}" for i, x in enumerate(lins) if x) or "-"
@@ -184,7 +184,7 @@ def migrate_log(checkpoint: Any, to_url: str, from_url: str | None = None,
                 storage_options: dict[str, Any] | None = None) -> dict[str, int]:
     """Copy the log rows of the checkpoint's query from `from_url` to `to_url` (see the module doc);
     returns the rows copied per table."""
-    import sqlalchemy as sa
+    import sqlalchemy as sa  # noqa: PLC0415 - sqlalchemy: only the command that needs it loads it
 
     loc = storage.location(checkpoint, storage_options)
     meta = read_metadata(loc)
@@ -237,7 +237,7 @@ def cmd_migrate_log(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the changed query may restart on its checkpoint, 1 when not (increments.lifecycle.check)."""
-    from .lifecycle.check import check, load_writer
+    from .lifecycle.check import check, load_writer  # noqa: PLC0415 - increments.lifecycle.check: only the command that needs it loads it
     writer, path = load_writer(args.query)
     opts = _storage_options(args.storage_option)
     if args.log_url:
@@ -254,8 +254,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Backfill the changed query on a new checkpoint and switch its Delta sink over
     (increments.lifecycle.migrate)."""
-    from .lifecycle.check import load_writer
-    from .lifecycle.migrate import migrate
+    from .lifecycle.check import load_writer  # noqa: PLC0415 - increments.lifecycle.check: only the command that needs it loads it
+    from .lifecycle.migrate import migrate  # noqa: PLC0415 - increments.lifecycle.migrate: only the command that needs it loads it
     if args.no_sink_check and not args.backfill_from_sink:
         raise SystemExit("increments migrate: --no-sink-check goes with --backfill-from-sink")
     writer, path = load_writer(args.query)
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--log-url", help="SQLAlchemy URL of the new checkpoint's offsets/commits log")
     g.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                    help="an object-store option (delta-rs' names); repeatable")
-    from .checkpoint import repartition
+    from .checkpoint import repartition  # noqa: PLC0415 - increments.checkpoint.repartition: only the command that needs it loads it
     r = sub.add_parser("repartition", help="rewrite a stopped query's state into N state partitions")
     repartition.add_arguments(r)
     args = p.parse_args(argv)

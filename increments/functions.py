@@ -6,6 +6,7 @@ unless `.alias(name)` is given.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from .durations import parse_duration_ms
@@ -83,7 +84,6 @@ def window_time(window_column: str = "window") -> str:
 
 def window_time_source(expr: str) -> str | None:
     """The window column a window_time(...) SQL text reads, or None when it is not one."""
-    import re
     m = re.fullmatch(r"\(struct_extract\(\"((?:[^\"]|\"\")+)\", 'end'\) - INTERVAL 1 MICROSECOND\)", expr.strip())
     return m.group(1).replace('""', '"') if m else None
 
@@ -141,7 +141,6 @@ def col(name: str) -> "Column":
     """A column reference as SQL text (expressions are DuckDB SQL), read as PySpark's col(): a dotted
     name is a nested field (`col("e.user.id")`: "e"."user"."id"), `e.*` a struct's fields, and a
     name in backticks is one column whatever it holds (`col("`a.b`")`)."""
-    import re
     name = str(name)
     if name == "*" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.\*", name):
         return Column(name)
@@ -183,7 +182,6 @@ class Column(str):
 
 def _arg(column: str) -> str:
     """A column name (quoted) or an expression (kept as SQL text)."""
-    import re
     return col(column) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", column) else str(column)
 
 

@@ -45,26 +45,11 @@ import collections
 import datetime as _dt
 from typing import Any, Iterable, Iterator
 
-from state.encoding import decode_key, decode_value, encode_key, encode_value, prefix_end
+from state.encoding import decode_value, encode_value, prefix_end
 
 from .durations import parse_duration_ms
-from .types import parse_schema
-
-# --- state key layout (every key: (kind, name, *grouping key, sub: bytes)) ------------------
-VALUE, LIST, MAP, TIMER = "value", "list", "map", "timer"
-TIMER_INDEX, TTL_INDEX = "~timer", "~ttl"     # name = padded expiry: range scans by time
-_PAD = 1 << 62
-EMPTY = encode_value(())                      # payload of timer and index rows
-
-
-def pad_ms(ms: int) -> str:
-    """A string whose order is the order of the int ms (for the time-ordered index keys)."""
-    return f"{int(ms) + _PAD:020d}"
-
-
-def unpad_ms(s: str) -> int:
-    return int(s) - _PAD
-
+from .stateful_codec import (EMPTY, LIST, MAP, VALUE, Codec, kind_prefix, state_key, state_prefix, timer_index_key,
+                             timer_key, timer_ms, timer_prefix, ttl_index_key)
 
 def _ttl_ms(ttl: Any) -> int | None:
     if ttl is None:
@@ -118,32 +103,6 @@ class QueryInfo:
         return self._b
 
 
-class _Codec:
-    """Values of one declared schema: user input -> stored dict, stored dict -> named tuple."""
-
-    def __init__(self, schema: Any, what: str):
-        self.schema = parse_schema(schema)
-        self.names = self.schema.names
-        self.row = collections.namedtuple("Row", self.names, rename=True)
-        self.what = what
-
-    def store(self, v: Any) -> dict:
-        if isinstance(v, dict):
-            missing = [n for n in self.names if n not in v]
-            if missing:
-                raise ValueError(f"{self.what}: value {v!r} lacks fields {missing} (schema: {self.schema})")
-            return {n: v[n] for n in self.names}
-        if not isinstance(v, (tuple, list)):
-            v = (v,)
-        if len(v) != len(self.names):
-            raise ValueError(f"{self.what}: value {v!r} has {len(v)} fields, the schema has {len(self.names)} "
-                             f"({self.schema})")
-        return dict(zip(self.names, v))
-
-    def load(self, d: dict | None):
-        return None if d is None else self.row(*(d.get(n) for n in self.names))
-
-
 class _StateBase:
     kind = ""
 
@@ -152,15 +111,15 @@ class _StateBase:
             raise ValueError(f"state {name!r}: ttl needs time_mode='processing_time' or 'event_time' "
                              "(TTL is processing-time based); transform_with_state was given time_mode=None")
         self._h, self.name = handle, name
-        self._codec = _Codec(schema, f"{self.kind} state {name!r}") if schema is not None else None
+        self._codec = Codec(schema, f"{self.kind} state {name!r}") if schema is not None else None
         self.ttl_ms = _ttl_ms(ttl)
 
     # helpers -------------------------------------------------------------------------
     def _prefix(self) -> bytes:
-        return encode_key((self.kind, self.name) + self._h._current_key())
+        return state_prefix(self.kind, self.name, self._h._current_key())
 
     def _key(self, sub: bytes = b"") -> bytes:
-        return encode_key((self.kind, self.name) + self._h._current_key() + (sub,))
+        return state_key(self.kind, self.name, self._h._current_key(), sub)
 
     def _expiry(self) -> int | None:
         return None if self.ttl_ms is None else self._h._now + self.ttl_ms
@@ -170,8 +129,7 @@ class _StateBase:
 
     def _index_ttl(self, expiry: int | None, sub: bytes = b"") -> None:
         if expiry is not None:
-            target = encode_key((self.kind, self.name, sub))
-            self._h._store.put(encode_key((TTL_INDEX, pad_ms(expiry)) + self._h._current_key() + (target,)), EMPTY)
+            self._h._store.put(ttl_index_key(expiry, self.kind, self.name, self._h._current_key(), sub), EMPTY)
 
 
 class ValueState(_StateBase):
@@ -259,11 +217,10 @@ class MapState(_StateBase):
 
     def __init__(self, handle, name, key_schema, value_schema, ttl):
         super().__init__(handle, name, value_schema, ttl)
-        self._kcodec = _Codec(key_schema, f"map state {name!r} key")
+        self._kcodec = Codec(key_schema, f"map state {name!r} key")
 
     def _sub(self, user_key: Any) -> bytes:
-        d = self._kcodec.store(user_key)
-        return encode_key(tuple(d[n] for n in self._kcodec.names))
+        return self._kcodec.key(user_key)
 
     def _entries(self):
         for _, b in self._h._store.prefix_scan(self._prefix()):
@@ -350,7 +307,7 @@ class StatefulProcessorHandle:
     def delete_if_exists(self, name: str) -> None:
         """Drop state variable `name` for every key (of this partition: init runs in each)."""
         for kind in (VALUE, LIST, MAP):
-            p = encode_key((kind, name))
+            p = kind_prefix(kind, name)
             self.metrics["num_deleted_state_vars"] += bool(self._store.delete_range(p, prefix_end(p)))
 
     def get_query_info(self) -> QueryInfo | None:
@@ -364,21 +321,20 @@ class StatefulProcessorHandle:
     def register_timer(self, expiry_timestamp_ms: int) -> None:
         self._check_timers()
         ms, key = int(expiry_timestamp_ms), self._current_key()
-        self._store.put(encode_key((TIMER, "") + key + (encode_key((ms,)),)), EMPTY)
-        self._store.put(encode_key((TIMER_INDEX, pad_ms(ms)) + key + (b"",)), EMPTY)
+        self._store.put(timer_key(key, ms), EMPTY)
+        self._store.put(timer_index_key(ms, key), EMPTY)
         self.metrics["num_registered_timers"] += 1
 
     def delete_timer(self, expiry_timestamp_ms: int) -> None:
         self._check_timers()
         ms, key = int(expiry_timestamp_ms), self._current_key()
-        self._store.delete(encode_key((TIMER, "") + key + (encode_key((ms,)),)))
-        self._store.delete(encode_key((TIMER_INDEX, pad_ms(ms)) + key + (b"",)))
+        self._store.delete(timer_key(key, ms))
+        self._store.delete(timer_index_key(ms, key))
         self.metrics["num_deleted_timers"] += 1
 
     def list_timers(self) -> Iterator[int]:
         self._check_timers()
-        p = encode_key((TIMER, "") + self._current_key())
-        return iter([decode_key(decode_key(k)[-1])[0] for k, _ in self._store.prefix_scan(p)])
+        return iter([timer_ms(k) for k, _ in self._store.prefix_scan(timer_prefix(self._current_key()))])
 
     getValueState, getListState, getMapState = get_value_state, get_list_state, get_map_state
     registerTimer, deleteTimer, listTimers, deleteIfExists = register_timer, delete_timer, list_timers, delete_if_exists

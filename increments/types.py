@@ -23,6 +23,7 @@ schema is; `Field.duckdb_type` holds DuckDB's spelling; Arrow struct / list / ma
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass
 
@@ -106,7 +107,6 @@ class Schema:
     def duckdb_struct(self) -> str:
         """JSON structure text for DuckDB's json_transform: {"a":"VARCHAR","e":{"id":"BIGINT"},
         "tags":["VARCHAR"],"m":"MAP(VARCHAR, BIGINT)"} (structs and lists nested as JSON)."""
-        import json
         return json.dumps({f.name: _json_structure(_parse_type_text(f.duckdb_type)) for f in self.fields})
 
     def __str__(self) -> str:

@@ -29,6 +29,8 @@ import dagster as dg
 from increments.options import writer_options
 from increments.redaction import redact_url
 
+from .metadata import sink_kinds, source_kinds
+
 
 def trigger_text(trigger: Any) -> str:
     """The trigger as the query states it: 'processing_time="10 seconds"', 'available_now', 'once'."""
@@ -132,7 +134,6 @@ def build_assets(specs: list[Any]) -> list[Any]:
     factory.py makes a sink one query writes a graph-backed asset) and the sources no query of this
     location writes (observable source assets: observations.observable_source). Kinds:
     orchestration/metadata.py."""
-    from .metadata import sink_kinds, source_kinds
     writers: dict[dg.AssetKey, list[Any]] = {}
     for s in specs:
         writers.setdefault(s.sink_key, []).append(s)
@@ -157,7 +158,7 @@ def build_assets(specs: list[Any]) -> list[Any]:
                                             + (" (Materialize runs the next batch)" if len(ws) == 1 else
                                                " (launch a writer's <query>_batch job to run its next batch)"),
                                 metadata=md))
-    from .observations import observable_source
+    from .observations import observable_source  # noqa: PLC0415 - cycle: orchestration.observations -> orchestration.assets
     for key, names in readers.items():
         if key in writers:
             continue

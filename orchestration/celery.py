@@ -33,12 +33,16 @@ import socket
 import sys
 from typing import Any
 
+import dagster as dg
+
 DEFAULT_BROKER = "pyamqp://guest:guest@127.0.0.1:5672//"
 DEFAULT_BACKEND = "redis://127.0.0.1:6379/0"
 RUN_QUEUE = "increments-runs"
 STEP_QUEUE = "dagster"
 PARTITION_QUEUE_PREFIX = "increments-p"
+from .celery_tasks import create_warm_execute_job_task, create_warm_execute_plan_task
 from .celery_warm import WARM_ENV, WORKER_TAG  # noqa: E402
+from .dagster_internals import RetryMode
 TICK_S = 0.05          # the executor's poll of its step tasks (dagster-celery's default: 1 s per tick)
 
 
@@ -67,10 +71,9 @@ def partition_queue(step_key: str, groups: int) -> str | None:
 
 
 def _celery_app(broker: str | None = None, backend: str | None = None) -> Any:
-    from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_resume_job_task
+    from dagster_celery.make_app import make_app  # noqa: PLC0415 - optional extra increments[celery]: dagster_celery only when used
+    from dagster_celery.tasks import create_resume_job_task  # noqa: PLC0415 - optional extra increments[celery]: dagster_celery only when used
 
-    from .celery_tasks import create_warm_execute_job_task, create_warm_execute_plan_task
     app = make_app({"broker": broker or broker_url(), "backend": backend or backend_url(), "include": [],
                     "config_source": {"worker_prefetch_multiplier": 1, "task_default_queue": STEP_QUEUE,
                                       "result_expires": 3600,
@@ -157,8 +160,7 @@ class CeleryRunLauncher(_DagsterCeleryRunLauncher):
 
 # -- the executor -------------------------------------------------------------------------------
 def _executor_def() -> Any:
-    import dagster as dg
-    from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
+    from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task  # noqa: PLC0415 - optional extra increments[celery]: dagster_celery only when used
 
     class PartitionRoutingCeleryExecutor(CeleryExecutor):
         def __init__(self, groups: int, **kw: Any) -> None:
@@ -171,8 +173,8 @@ def _executor_def() -> Any:
             (Celery refuses it in a task by default: "Never call result.get() within a task",
             dagster-io/dagster#32915). Such a run holds its worker's pool process while its steps run:
             they need other workers (the partition groups' queues and `dagster`)."""
-            import dagster_celery.core_execution_loop as loop
-            from celery.result import allow_join_result
+            import dagster_celery.core_execution_loop as loop  # noqa: PLC0415 - optional extra increments[celery]: dagster_celery only when used
+            from celery.result import allow_join_result  # noqa: PLC0415 - optional extra increments[celery]: celery only when used
             loop.TICK_SECONDS = TICK_S
             groups = self.groups
 
@@ -189,7 +191,6 @@ def _executor_def() -> Any:
                  requirements=dg.multiple_process_executor_requirements())
     def increments_celery_executor(init_context):
         """dagster-celery's executor; partition p of a fanned-out batch always to queue increments-p<p mod N>."""
-        from .dagster_internals import RetryMode
         c = init_context.executor_config
         return PartitionRoutingCeleryExecutor(
             groups=max(1, int(c.get("partition_queues", 2))), broker=c.get("broker") or broker_url(),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import dagster as dg
 import dagster_celery
 
 # dagster internals, as dagster-celery 0.29's own tasks use them (pinned family: dagster 1.13.27)
@@ -43,7 +44,6 @@ _LOCK = threading.Lock()
 
 def warm_instance(ref: Any = None) -> Any:
     """This process's instance for `ref` (None: $DAGSTER_HOME's), created once, storages pooled."""
-    import dagster as dg
     key = serialize_value(ref) if ref is not None else ""
     with _LOCK:
         inst = _INSTANCES.get(key)

@@ -12,6 +12,8 @@ import os
 import sys
 from typing import Any, Iterator
 
+from increments.execution.partitioned import _base_tokens, stateful_op
+
 WARM_ENV = "INCREMENTS_WARM_STATE"
 WORKER_TAG = "increments/celery_worker"     # run tag: the Celery worker (node name) that executes the run
 
@@ -64,7 +66,6 @@ def partition_warmth(rt: Any, batch_id: int, p: int) -> dict[str, Any]:
     """Metadata of a partition op: the worker it ran on ($INCREMENTS_CELERY_WORKER, set by the
     worker command) and whether partition p's state opens from this process's working copy as
     it is ("warm": commits[N-1]'s token matches) or is loaded from the checkpoint ("cold")."""
-    from increments.execution.partitioned import _base_tokens, stateful_op
     out: dict[str, Any] = {"worker": os.environ.get("INCREMENTS_CELERY_WORKER") or f"pid {os.getpid()}"}
     try:
         s = stateful_op(rt.plan)

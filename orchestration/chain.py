@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import dagster as dg
+
 from . import dagster_internals as di
 from .ops import BATCH_TAG, CHAINED_TAG, DRAIN_TAG, QUERY_TAG
 
@@ -76,7 +78,6 @@ def start_backfill(context: Any, spec: Any, drain_id: str, first_batch: int, est
     """In the run of `<q>_available_now`, before the drain is recorded active: record the drain's
     backfill, tag this run with it and queue batch `first_batch`'s run. Its id (None: no
     backfill, e.g. a run without a code origin; the trigger sensor then runs the drain)."""
-    import dagster as dg
     inst = context.instance
     if not di.queued_coordinator(inst):
         return None
@@ -102,7 +103,6 @@ def start_backfill(context: Any, spec: Any, drain_id: str, first_batch: int, est
 
 
 def _holder(inst: Any, backfill_id: str, batch_id: int) -> Any:
-    import dagster as dg
     runs = inst.get_runs(dg.RunsFilter(tags={DRAIN_BACKFILL_TAG: backfill_id, BATCH_TAG: str(batch_id)},
                                        statuses=[dg.DagsterRunStatus.NOT_STARTED]), limit=1)
     return runs[0] if runs else None
@@ -112,7 +112,6 @@ def begin_batch(context: Any, spec: Any) -> str | None:
     """First thing in a drain run's plan step: create the next batch's run (not started) and take
     this run out of its backfill's cancel. Returns why this run must plan nothing (its drain's
     backfill was cancelled or ended), else None. Not a drain backfill's run: None, nothing done."""
-    import dagster as dg
     tags = context.dagster_run.tags
     bid = tags.get(DRAIN_BACKFILL_TAG)
     if not bid or tags.get(BATCH_TAG) is None:
@@ -162,7 +161,6 @@ def after_commit(context: Any, spec: Any, batch_id: int, nxt: tuple[int, str] | 
         return None
     run = _holder(inst, bid, batch_id + 1)
     if run is None:
-        import dagster as dg
         run = di.run_of_same_job(context, {CHAINED_TAG: context.run_id, **drain_tags(bid, batch_id + 1, nxt[1])},
                                  dg.DagsterRunStatus.NOT_STARTED)
         if run is None:
@@ -236,7 +234,6 @@ def drain_request_tags(instance: Any, drain_id: str, batch_id: int) -> dict[str,
 def submit_next_batch(context: Any, spec: Any, batch_id: int, drain_id: str) -> str | None:
     """A drain without a backfill (one resumed after a halt, or started without a code origin):
     queue the run of `batch_id` from this run's own job; its run id (None: not chained)."""
-    import dagster as dg
     if context.dagster_run.job_name != f"{spec.key}_batch" or paused(context, spec):
         return None
     tags = {**context.job_def.tags, BATCH_TAG: str(batch_id), DRAIN_TAG: drain_id, CHAINED_TAG: context.run_id}

@@ -9,6 +9,13 @@ from typing import Any
 
 import dagster as dg
 
+from increments.plan.nodes import SourceNode, WithWatermark
+
+from . import health, runner
+from .health import RULES, applicable_rules
+from .ops import ERRORS_CHECK, location_metadata
+from .sensors import halt_state, halt_text
+
 DESCRIPTIONS = {
     "processed_rate": "processed rows/s >= input rows/s (the query keeps up)",
     "batch_duration": "batch duration < processing-time trigger interval",
@@ -30,8 +37,6 @@ def make_checks(spec: Any) -> list[dg.AssetChecksDefinition]:
 def spec_rules(spec: Any) -> tuple[str, ...]:
     """health.applicable_rules of a registered query, from its plan's nodes (no compile: the
     tables it reads may not exist yet): a Kafka source node, a with_watermark node."""
-    from increments.plan.nodes import SourceNode, WithWatermark
-    from .health import RULES, applicable_rules
     try:
         nodes = list(spec.writer_factory().frame.node.walk())
     except Exception:  # noqa: BLE001 - the batch run reports the error itself; keep every rule
@@ -41,13 +46,9 @@ def spec_rules(spec: Any) -> tuple[str, ...]:
 
 
 def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
-    from .ops import ERRORS_CHECK
-
     @dg.asset_check(asset=spec.sink_key, name=spec.check_name(ERRORS_CHECK), description=ERRORS_DESCRIPTION,
                     blocking=True)  # a halted query's sink must not feed downstream assets in the same run
     def check(context) -> dg.AssetCheckResult:
-        from .ops import location_metadata
-        from .sensors import halt_state, halt_text
         h = halt_state(context.instance, spec)
         if h is None:
             return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.ERROR,
@@ -63,7 +64,6 @@ def _errors_check(spec: Any) -> dg.AssetChecksDefinition:
 def _check(spec: Any, rule: str, desc: str) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=spec.sink_key, name=spec.check_name(rule), description=desc, blocking=False)
     def check() -> dg.AssetCheckResult:
-        from . import health, runner
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         try:
             passed, meta, _ = health.evaluate(rt).get(rule, (True, {}, "does not apply to this query"))

@@ -19,9 +19,15 @@ the per-query tag limit then holds it until the query's run in flight ends.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import importlib
 import os
+import time
 from typing import Any
+
+import dagster
+import yaml
+from dagster import DagsterInstance
 
 #: the Dagster release line whose private modules this file was written against (>= lo, < hi)
 SUPPORTED = ((1, 13), (1, 14))
@@ -88,7 +94,6 @@ def __getattr__(name: str) -> Any:          # `from .dagster_internals import Re
 
 
 def dagster_version() -> tuple[int, ...]:
-    import dagster
     parts = []
     for p in str(dagster.__version__).split(".")[:3]:
         digits = "".join(ch for ch in p if ch.isdigit())
@@ -104,7 +109,6 @@ def missing_internals() -> list[str]:
             get(name)
         except (ImportError, AttributeError):
             missing.append(f"{name} ({where})")
-    from dagster import DagsterInstance
     missing += [f"DagsterInstance.{m}" for m in INSTANCE_METHODS if not hasattr(DagsterInstance, m)]
     return missing
 
@@ -113,7 +117,6 @@ def version_problem(check_names: bool = True) -> str | None:
     """Why the installed Dagster is not supported (None: it is). check_names=False: the release
     line only (what the code location checks at load: resolving every name imports Dagster's
     storage modules, ~1 s; the test resolves them)."""
-    import dagster
     v = dagster_version()[:2]
     lo, hi = SUPPORTED
     if not (lo <= v < hi):
@@ -142,7 +145,6 @@ def coordinator_problem(home: str | None = None) -> str | None:
     path = os.path.join(home, "dagster.yaml")
     if not os.path.exists(path):
         return None                              # Dagster's default is the QueuedRunCoordinator
-    import yaml
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
     rc = cfg.get("run_coordinator") if isinstance(cfg, dict) else None
@@ -273,7 +275,6 @@ def new_job_backfill(context: Any, anchor_job: str, partition_names: list[str], 
     origin = get("RemotePartitionSetOrigin")(
         repository_origin=run.remote_job_origin.repository_origin,
         partition_set_name=get("partition_set_snap_name_for_job_name")(anchor_job))
-    import time
     bf = get("PartitionBackfill")(
         backfill_id=get("make_new_backfill_id")(), status=get("BulkActionStatus").REQUESTED, from_failure=False,
         tags=tags, backfill_timestamp=time.time(), title=title, description=description,
@@ -341,7 +342,6 @@ def delete_backfills(instance: Any, backfill_ids: list[str]) -> int:
 
 def ended_backfills_before(instance: Any, tags: dict[str, str], before_s: float, limit: int = 500) -> list[str]:
     """Ids of ended backfills with these tags created before `before_s`."""
-    import datetime as _dt
     s = get("BulkActionStatus")
     ended = [s.COMPLETED, s.COMPLETED_SUCCESS, s.COMPLETED_FAILED, s.FAILED, s.CANCELED]
     f = get("BulkActionsFilter")(tags=tags, statuses=ended,
@@ -367,7 +367,7 @@ CHECK_INDEX = "increments_check_executions_latest"
 def ensure_storage_indexes(instance: Any) -> bool:
     """Create CHECK_INDEX on the event log's asset_check_executions if missing (once; it blocks
     writes to that table while it builds: seconds for a million rows). True if it was created."""
-    import sqlalchemy as sa
+    import sqlalchemy as sa  # noqa: PLC0415 - sqlalchemy: kept off the code location's import path
     storage = _sql_storage(instance.event_log_storage, "event_log_storage")
     with storage.index_connection() as conn:
         dialect = conn.engine.dialect.name

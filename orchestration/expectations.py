@@ -14,10 +14,17 @@ counts of the last committed batch from the batch log (commits[N].extra["expecta
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import dagster as dg
+
+from increments.errors import ExpectationFailed
+from increments.plan.nodes import Expect
+from increments.redaction import redact
+
+from . import runner
 
 RESERVED = ("processed_rate", "batch_duration", "state_rows", "kafka_lag", "watermark_lag", "batch_errors",
             "freshness")
@@ -26,7 +33,6 @@ RESERVED = ("processed_rate", "batch_duration", "state_rows", "kafka_lag", "wate
 def declared(spec: Any) -> list[tuple[str, str, str]]:
     """(name, condition, on_violation) of every expectation in the query's plan nodes (no compile:
     the tables it reads may not exist yet), in declaration order."""
-    from increments.plan.nodes import Expect
     try:
         nodes = list(spec.writer_factory().frame.node.walk())
     except Exception:  # noqa: BLE001 - the batch run reports the error itself
@@ -76,8 +82,6 @@ def evaluations(spec: Any, progress: dict[str, Any], batch_id: int) -> list[dg.A
 def failure_evaluation(spec: Any, error: BaseException, batch_id: int | None) -> dg.AssetCheckEvaluation | None:
     """The failed blocking check of an `on_violation="fail"` expectation whose batch failed with
     ExpectationFailed (searched through the error's causes); None for any other error."""
-    from increments.errors import ExpectationFailed
-    from increments.redaction import redact
     e: Any = error
     for _ in range(5):
         if e is None or isinstance(e, ExpectationFailed):
@@ -96,7 +100,6 @@ def failure_evaluation(spec: Any, error: BaseException, batch_id: int | None) ->
 
 
 def _jsonable(row: Any) -> Any:
-    import json
     return json.loads(json.dumps(row, default=str))
 
 
@@ -110,7 +113,6 @@ def _check(spec: Any, name: str, cond: str, how: str) -> dg.AssetChecksDefinitio
                     description=f"expectation {name!r}: {cond} (on_violation={how!r}): rows passing and "
                                 "failing per batch")
     def check() -> dg.AssetCheckResult:
-        from . import runner
         rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
         try:
             commit = rt.log.latest_commit()

@@ -51,8 +51,20 @@ from typing import Any, Callable
 import dagster as dg
 
 from increments.options import refuse_unknown, writer_options
+from increments.plan.nodes import SourceNode
 
+from .assets import build_assets, sink_asset, source_assets
+from .checks import make_checks
+from .dagster_internals import check_deployment
+from .expectations import make_expectation_checks
+from . import preload
+from .freshness import make_freshness
+from .maintenance import compact_definitions, delta_target, pop_options
+from .migrate import make_migrate_job
 from .ops import QUERY_TAG, make_ops
+from .retention import make_retention
+from .schedules import make_drain_anchor, make_drain_job, make_schedule
+from .sensors import make_sensor
 
 DEFAULT_CRON = "0 * * * *"
 DEFAULT_MAX_RETRIES = 3
@@ -129,8 +141,6 @@ def _key(name: str) -> str:
 
 def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_root: str | None = None,
               **options: Any) -> QuerySpec:
-    from increments.plan.nodes import SourceNode
-    from .assets import sink_asset, source_assets
     w = writer_factory()
     s = w.settings
     name = s.query_name or writer_options(s, required=False)["query_name"]   # refuses unknown or mistyped options
@@ -146,7 +156,6 @@ def make_spec(writer_factory: Callable[[], Any], path: str | None = None, asset_
     if options.get("halt_webhook") is None:
         options["halt_webhook"] = os.environ.get("INCREMENTS_HALT_WEBHOOK") or None
     resolve_executor(options.get("executor", "in_process"))         # refuse an unknown executor at load
-    from .maintenance import pop_options
     options["compact"] = pop_options(options)
     return QuerySpec(writer_factory, path, name, key, s.trigger, len(srcs), sink_desc, sink_key, src_assets,
                      sensor_interval_s=int(options.pop("sensor_interval_s", interval_s)),
@@ -161,8 +170,8 @@ def _fanout_reason(writer: Any, fanout: bool | None, executor: Any) -> str | Non
     one after the other, with their slices staged in between)."""
     if fanout is False or (fanout is None and executor in (None, "in_process")):
         return "fanout is off for this query (in_process executor; option fanout=True turns it on)"
-    from increments.execution.partitioned import fanout_reason     # the planner (DuckDB): only to decide a fan-out
-    from increments.plan.compiler import Compiler
+    from increments.execution.partitioned import fanout_reason  # noqa: PLC0415 - increments.execution.partitioned (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path; the planner (DuckDB): only to decide a fan-out
+    from increments.plan.compiler import Compiler  # noqa: PLC0415 - increments.plan.compiler (duckdb, numpy, pyarrow): kept off the code location's import path
     s = writer.settings
     try:
         plan = Compiler(s.output_mode, s.options).compile(writer.frame.node)
@@ -182,7 +191,7 @@ def resolve_executor(executor: Any) -> dg.ExecutorDefinition:
     if executor == "multiprocess":
         return dg.multiprocess_executor
     if executor == "celery":              # warm Celery workers, partition p routed to one queue (celery.py)
-        from .celery import celery_executor
+        from .celery import celery_executor  # noqa: PLC0415 - orchestration.celery (celery, dagster_celery, duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
         return celery_executor()
     if isinstance(executor, dg.ExecutorDefinition):
         return executor
@@ -197,17 +206,9 @@ def query_definitions(writer_factory: Callable[[], Any], path: str | None = None
 
 def spec_definitions(spec: QuerySpec) -> dg.Definitions:
     """Jobs, sensor, schedule and checks of one query (its assets come from build_definitions)."""
-    from .checks import make_checks
-    from .expectations import make_expectation_checks
-    from .schedules import make_drain_anchor, make_drain_job, make_schedule
-    from .sensors import make_sensor
     batch_job = make_batch_job(spec)
     drain_job = make_drain_job(spec)
     schedules = [make_schedule(spec, drain_job)] if spec.trigger.kind == "available_now" else []
-    from .freshness import make_freshness
-    from .maintenance import compact_definitions
-    from .maintenance import delta_target
-    from .migrate import make_migrate_job
     fresh_check, fresh_sensor = make_freshness(spec, spec.freshness_grace)
     jobs = [batch_job, drain_job, make_drain_anchor(spec)]
     if delta_target(spec.writer_factory(), spec.path) is not None:      # increments migrate: Delta sinks
@@ -275,8 +276,6 @@ def build_definitions(queries: list[Any], asset_root: str | None = None,
     """Definitions for many queries: each item a writer factory (decorated or not) or a
     (factory, {options}) pair. Asset keys of paths under `asset_root` are relative to it.
     `retention_days`: delete Dagster history older than that daily (retention.py; default off)."""
-    from .assets import build_assets
-    from .dagster_internals import check_deployment
     check_deployment()               # an unsupported Dagster, or a run coordinator that launches at once: refused
     specs = []
     for q in queries:
@@ -295,11 +294,9 @@ def build_definitions(queries: list[Any], asset_root: str | None = None,
     owner = {sp.sink_key: sp for sp in specs if not sp.shared_sink}
     assets = [make_batch_asset(owner[a.key], a) if a.key in owner else a for a in build_assets(specs)]
     defs = dg.Definitions.merge(dg.Definitions(assets=assets, executor=default_executor(specs)), *parts)
-    from .retention import make_retention
     instigators = {s.name for s in defs.sensors or []} | {s.name for s in defs.schedules or []}
     out = dg.Definitions.merge(defs, make_retention([sp.name for sp in specs], instigators, retention_days))
-    from .preload import start
-    start()          # a run's process: the engine's modules import while Dagster starts the run (preload.py)
+    preload.start()          # a run's process: the engine's modules import while Dagster starts the run (preload.py)
     return out
 
 

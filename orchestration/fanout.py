@@ -19,6 +19,9 @@ from typing import Any
 
 import dagster as dg
 
+from increments.execution import partitioned, steps
+
+from .celery_warm import imports_during, partition_warmth
 from .ops import _rt, guarded
 
 
@@ -30,7 +33,6 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
                        "(the stateless operators below the stateful one, hashed by its key; a stateless "
                        "query: contiguous row ranges of every input).")
     def read_split_op(context, batch: dict):
-        from increments.execution import partitioned, steps
         n = batch["batch_id"]
 
         def run():
@@ -47,13 +49,11 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
     @dg.op(name=f"{k}__partition", ins={"part": dg.In(dict)}, out=dg.Out(dict), retry_policy=policy,
            description="One state partition of the batch: its state N-1 -> N over its slice of the rows.")
     def partition_op(context, part: dict):
-        from increments.execution import partitioned, steps
         n, p = part["batch_id"], part["partition"]
 
         warmth: dict = {}
 
         def run():
-            from .celery_warm import imports_during, partition_warmth
             with imports_during(warmth):                   # modules_imported: 0 in a warm process
                 rt = _rt(spec, context)
                 plan = steps.load_plan(rt, n)
@@ -67,7 +67,6 @@ def make_fanout_ops(spec: Any, policy: dg.RetryPolicy) -> dict[str, dg.OpDefinit
     @dg.op(name=f"{k}__join", ins={"parts": dg.In(list)}, out=dg.Out(dict), retry_policy=policy,
            description="After every partition: merge their outputs, metrics and state tokens.")
     def join_op(context, parts: list):
-        from increments.execution import partitioned, steps
         batch = {key: v for key, v in parts[0].items() if key != "partition"}
         n = batch["batch_id"]
 

@@ -39,9 +39,13 @@ from typing import Any
 
 import dagster as dg
 
+from increments.durations import parse_duration_ms
 from increments.redaction import redact
 
+from . import runner
 from .assets import trigger_text
+from .dagster_internals import last_cron_tick
+from .observations import fingerprint, observation_events
 
 CHECK = "freshness"
 DEFAULT_GRACE = "5 minutes"
@@ -72,7 +76,6 @@ class Rule:
 
 
 def rule_for(spec: Any, grace: str | None = None) -> Rule:
-    from increments.durations import parse_duration_ms
     g = parse_duration_ms(grace or DEFAULT_GRACE)
     t = spec.trigger
     tick_ms = max(int(getattr(spec, "sensor_interval_s", 5)) * 1000, 5000)
@@ -84,7 +87,6 @@ def rule_for(spec: Any, grace: str | None = None) -> Rule:
 
 
 def _last_tick_ms(cron: str, now_ms: int) -> int:
-    from .dagster_internals import last_cron_tick
     return int(last_cron_tick(cron, now_ms / 1000) * 1000)
 
 
@@ -93,7 +95,6 @@ def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = No
     """(fresh?, description, metadata) of the query behind runtime `rt` at `now_ms`. A cron tick
     before the query's checkpoint was created, or before `watched_since_ms` (the sensor's first
     evaluation: the instance or schedule did not exist yet), is not held against the query."""
-    from . import runner
     if rule.kind == "none":
         return True, rule.describe(), {"pending": False}
     last = rt.log.latest_commit()
@@ -111,7 +112,7 @@ def evaluate(rt: Any, rule: Rule, now_ms: int, pending_since_ms: int | None = No
             return False, (f"stale: work has been pending for {waited // 1000} s (> {rule.max_lag_ms // 1000} s "
                            f"allowed by the trigger); last commit: batch {last.batch_id if last else '-'}"), meta
         return True, f"work pending for {waited // 1000} s (<= {rule.max_lag_ms // 1000} s)", meta
-    from increments.checkpoint.drains import DrainLog
+    from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
     tick = _last_tick_ms(rule.cron, now_ms)
     recent = DrainLog.for_runtime(rt).recent(1)
     drain = recent[0] if recent else None
@@ -140,7 +141,6 @@ def _check_name(spec: Any) -> str:
 
 def make_freshness(spec: Any, grace: str | None = None) -> tuple[dg.AssetChecksDefinition, dg.SensorDefinition]:
     """The `freshness` asset check on the sink and the sensor `<q>_freshness` that reports it."""
-    from . import runner
     rule = rule_for(spec, grace)
 
     @dg.asset_check(asset=spec.sink_key, name=_check_name(spec), blocking=False,
@@ -192,8 +192,6 @@ def written_keys(context: Any) -> set:
 def freshness_tick(spec: Any, rule: Rule, cursor: str | None, written: set | None = None) -> dg.SensorResult:
     """One evaluation: the AssetCheckEvaluation when the result changed (or is old), the sources'
     observations when they changed (or are old: observations.py), the new cursor."""
-    from .observations import fingerprint, observation_events
-    from . import runner
     state = json.loads(cursor) if cursor else {}
     now = _now_ms()
     try:

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from increments.durations import parse_duration_ms
+from increments.watermark import format_ts_ms
+
 RULES = ("processed_rate", "batch_duration", "state_rows", "kafka_lag", "watermark_lag")
 
 
@@ -107,8 +110,6 @@ def watermark_lag_ms(timestamp_ms: int, watermark_ms: int | None) -> int | None:
 
 
 def _watermark_lag(rt: Any, batch_id: int, off: Any, limit_text: Any) -> tuple[bool, dict[str, Any], str]:
-    from increments.durations import parse_duration_ms
-    from increments.watermark import format_ts_ms
     limit = parse_duration_ms(limit_text) if limit_text is not None else None
     lag = watermark_lag_ms(off.timestamp_ms, off.watermark_ms) if (off is not None and rt.plan.watermark_delays) else None
     meta: dict[str, Any] = {"batch_id": batch_id}

@@ -15,6 +15,9 @@ import os
 import re
 import sys
 
+import sqlalchemy as sa
+from psycopg import sql
+
 DEFAULT_PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/dagster"
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dagster.yaml")
 
@@ -27,16 +30,13 @@ def instance_yaml(sqlite: bool = False, celery: bool = False) -> str:
     if sqlite:
         text = re.sub(r"(?m)^storage:\n(?:  .*\n)+", "", text)
     if celery:
-        from .celery import instance_section
+        from .celery import instance_section  # noqa: PLC0415 - optional extra increments[celery]: orchestration.celery loads celery
         text += "\n" + instance_section()
     return text
 
 
 def ensure_database(url: str) -> None:
     """CREATE DATABASE for the URL's database name if it does not exist (PostgreSQL, trust auth)."""
-    import sqlalchemy as sa
-    from psycopg import sql
-
     # Dagster's storage URL names psycopg2 (dagster-postgres' driver); this connection is increments' own: psycopg 3
     u = sa.engine.make_url(url)
     name = u.database

@@ -37,11 +37,17 @@ Options of @streaming_query / query_definitions:
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
+from increments import storage
+from increments.durations import parse_duration_ms
+from increments.options import writer_options
+
+from . import runner
 from .ops import redacted_errors
 
 MAINTENANCE_TAG = "increments/maintenance"
@@ -61,7 +67,6 @@ class CompactSettings:
 
 def pop_options(options: dict[str, Any]) -> CompactSettings:
     """Take the compaction options out of a query's options (the rest go to QuerySpec)."""
-    from increments.durations import parse_duration_ms
     z = options.pop("compact_z_order", None)
     if isinstance(z, str):
         z = [c.strip() for c in z.split(",") if c.strip()]
@@ -79,16 +84,13 @@ def pop_options(options: dict[str, Any]) -> CompactSettings:
 
 def delta_target(writer: Any, path: str | None = None) -> tuple[str, dict | None] | None:
     """(table path, storage_options) of a writer whose sink is a Delta table, else None."""
-    import os
     s = writer.settings
     if s.foreach_batch is not None or s.sink is not None or (s.format or "").lower() != "delta":
         return None
-    from increments.options import writer_options
     o = writer_options(s, required=False)
     where = path or s.path or o["path"]
     if not where:
         return None
-    from increments import storage
     where = os.fspath(where)
     where = where.rstrip("/") if storage.scheme_of(where) else os.path.abspath(where)
     opts = {**(o["storage_options"] or {})}
@@ -104,15 +106,13 @@ def iceberg_target(writer: Any, path: str | None = None) -> str | None:
         return getattr(s.sink, "name", None) if "iceberg" in type(s.sink).__name__.lower() else None
     if (s.format or "").lower() != "iceberg":
         return None
-    from increments.options import writer_options
     o = writer_options(s, required=False)
     return str(path or s.path or o["path"] or o["table"] or "") or None
 
 
 def maintain_iceberg(spec: Any, table: str, settings: CompactSettings) -> dict[str, Any]:
     """compact + expire the query's Iceberg table with the catalog its sink resolves (module doc)."""
-    from increments.sinks.iceberg_maintenance import maintain
-    from . import runner
+    from increments.sinks.iceberg_maintenance import maintain  # noqa: PLC0415 - increments.sinks.iceberg_maintenance (numpy, pyarrow): kept off the code location's import path
     rt = runner.build_runtime(spec.writer_factory, spec.path, staging="memory")
     try:
         sink = rt.sink                                    # opened by the build: its catalog resolved
@@ -125,7 +125,7 @@ def maintain_iceberg(spec: Any, table: str, settings: CompactSettings) -> dict[s
 
 def compact_table(path: str, storage_options: dict | None, settings: CompactSettings) -> dict[str, Any]:
     """optimize (compact or z-order) then vacuum the Delta table at `path`; returns the metrics."""
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable  # noqa: PLC0415 - deltalake: kept off the code location's import path
     dt = DeltaTable(path, storage_options=storage_options)
     before = len(dt.file_uris())
     kw = {"target_size": settings.target_size} if settings.target_size else {}

@@ -25,9 +25,15 @@ Kinds: the storage (delta, parquet, postgres, kafka, iceberg, duckdb, ...) plus 
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import dagster as dg
+
+from increments import storage
+from increments.execution.lineage import describe, upstream_of, upstream_text
+
+from .ops import BATCH_TAG, OUTCOME_TAG, QUERY_TAG
 
 MAX_RUN_LINKS = 5
 MAX_MANIFESTS_COUNTED = 2000     # a parquet sink with more batches reports the batch's rows (row_count_of "batch")
@@ -86,7 +92,6 @@ def column_schema(schema: Any) -> dg.TableSchema:
 
 def table_address(sink: Any) -> dict[str, Any]:
     """dagster/uri or dagster/table_name of the sink's table ({} when it has none)."""
-    from increments import storage
     name = type(sink).__name__.lower()
     if "postgres" in name and getattr(sink, "table", None):
         return {"dagster/table_name": str(sink.table)}
@@ -111,15 +116,14 @@ def table_row_count(rt: Any) -> int | None:
     name = type(sink).__name__.lower()
     try:
         if "delta" in name and hasattr(sink, "_table"):
-            import pyarrow as pa
-            import pyarrow.compute as pc
+            import pyarrow as pa  # noqa: PLC0415 - pyarrow: kept off the code location's import path
+            import pyarrow.compute as pc  # noqa: PLC0415 - pyarrow: kept off the code location's import path
             dt = sink._table()
             if dt is None:
                 return 0
             n = pc.sum(pa.table(dt.get_add_actions(flatten=True)).column("num_records")).as_py()
             return int(n or 0)
         if "parquet" in name and getattr(sink, "loc", None) is not None:
-            import json
             entries = [o.name for o in sink.loc.list("_manifest/") if o.name.endswith(".json")]
             if len(entries) > MAX_MANIFESTS_COUNTED:      # reading them all per batch would grow with the table
                 return None
@@ -131,7 +135,7 @@ def table_row_count(rt: Any) -> int | None:
         if "iceberg" in name and hasattr(sink, "_load"):
             t = sink._load()                  # the current snapshot's summary counts the table's rows
             snap = t.current_snapshot() if t is not None else None
-            from increments.sinks.iceberg_table import snapshot_summary
+            from increments.sinks.iceberg_table import snapshot_summary  # noqa: PLC0415 - increments.sinks.iceberg_table (numpy, pyarrow): kept off the code location's import path
             total = snapshot_summary(snap).get("total-records") if snap is not None else None
             return int(total) if total is not None else (0 if t is not None and snap is None else None)
     except Exception:  # noqa: BLE001 - the count is advisory; the batch is committed
@@ -186,7 +190,6 @@ def _sink_version(v: Any) -> Any:
 
 def lineage_entries(progress: dict[str, Any], instance: Any = None) -> dict[str, Any]:
     """`read`, `lineage`, `upstream`, `upstream_batches` and links to upstream runs (module doc)."""
-    from increments.execution.lineage import describe, upstream_of, upstream_text
     srcs = progress.get("sources") or []
     lins = [s.get("lineage") or {} for s in srcs]
     md: dict[str, Any] = {}
@@ -205,7 +208,6 @@ def lineage_entries(progress: dict[str, Any], instance: Any = None) -> dict[str,
 
 def upstream_run_links(instance: Any, upstream: list[dict[str, Any]]) -> dict[str, Any]:
     """`upstream_run[<query> <batch>]` -> the run that committed it, when this instance has it."""
-    from .ops import BATCH_TAG, OUTCOME_TAG, QUERY_TAG
     out: dict[str, Any] = {}
     for u in upstream:
         for b in u["batch_ids"][-MAX_RUN_LINKS:]:

@@ -29,8 +29,8 @@ def make_migrate_job(spec: Any) -> dg.JobDefinition:
         description="Backfill the changed query on a new checkpoint, then switch its Delta sink over.")
     @redacted_errors
     def migrate_op(context) -> dict:
-        from increments.checkpoint.metadata import read_metadata
-        from increments.lifecycle.migrate import migrate
+        from increments.checkpoint.metadata import read_metadata  # noqa: PLC0415 - increments.checkpoint.metadata (sqlalchemy): kept off the code location's import path
+        from increments.lifecycle.migrate import migrate  # noqa: PLC0415 - increments.lifecycle.migrate (deltalake, duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
         to = context.op_config["to"]
         seen = {"batches": 0}
 

@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
+
+import dagster as dg
 
 from increments.redaction import redact
 
+from . import runner
 from .assets import _part
+from .dagster_internals import DATA_VERSION_TAG, get_input_data_version_tag
 
 
 def _end_offsets(rt: Any) -> dict[str, Any]:
@@ -121,7 +126,6 @@ def provenance_tags(spec: Any, rt: Any, end: dict[str, Any], instance: Any = Non
     """dagster/input_data_version/<source key> = what batch N read (module doc), for the source
     assets observed here and the Delta tables other queries write, once they have a data version
     on `instance`; `end` = offsets[N].end."""
-    from .dagster_internals import get_input_data_version_tag
     tags: dict[str, str] = {}
     for i, (keys, src) in enumerate(zip(source_keys_by_index(spec, rt), rt.sources)):
         versions = read_version(src, end.get(str(i)))
@@ -162,8 +166,6 @@ def observation_events(spec: Any, rt: Any, materialized: set | None = None) -> l
     """AssetObservations of the query's sources (module doc). A source asset some query of the
     location materializes (`materialized`) gets the backlog but no data version (its
     materializations carry its versions)."""
-    import dagster as dg
-    from .dagster_internals import DATA_VERSION_TAG
     events = []
     for keys, st in zip(source_keys_by_index(spec, rt), source_state(rt)):
         for key in keys:
@@ -196,10 +198,8 @@ def observable_source(asset_spec: Any, readers: list[Any]) -> Any:
     observation (the UI's "Observe sources", or the `<q>_freshness` sensor's, as events) carries
     the backlog and the data version, and Dagster compares that version with what the sink's last
     batch read (provenance_tags): a plain asset spec's observations do not count for staleness."""
-    import dagster as dg
     key = asset_spec.key
 
-    import re
     name = re.sub(r"[^A-Za-z0-9_]", "_", "observe__" + "__".join(key.path))
 
     @dg.multi_observable_source_asset(specs=[asset_spec], name=name)
@@ -211,8 +211,6 @@ def observable_source(asset_spec: Any, readers: list[Any]) -> Any:
 def observe_source(key: Any, readers: list[Any]) -> Any:
     """One ObserveResult of a source asset: the first reader's figures and data version (module
     doc); with several readers each one's backlog under `<figure>[<query>]`."""
-    import dagster as dg
-    from . import runner
     md: dict[str, Any] = {"reader": ", ".join(sp.name for sp in readers)}
     version = None
     for n, sp in enumerate(readers):
@@ -227,7 +225,6 @@ def observe_source(key: Any, readers: list[Any]) -> Any:
             runner.close_quietly(rt)
         if ev is None:
             continue
-        from .dagster_internals import DATA_VERSION_TAG
         version = version or (ev.tags or {}).get(DATA_VERSION_TAG)
         for k, v in ev.metadata.items():
             if k != "reader":

@@ -26,12 +26,19 @@ background while Dagster starts the run); the first op keeps the instance's conn
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 import dagster as dg
 
+from increments.errors import ConcurrentRunError
 from increments.redaction import redact, redacted_exception
+
+from . import health, preload, runner
+from .dagster_internals import pool_connections
+from .expectations import evaluations, failure_evaluation
+from .refusal import refusal
 
 QUERY_TAG = "increments/query"
 BATCH_TAG = "increments/batch_id"
@@ -57,7 +64,6 @@ def query_pool(spec: Any) -> str:
 
 
 def _rt(spec: Any, context: Any) -> Any:
-    from . import runner
     return runner.runtime_for_run(spec.key, spec.writer_factory, spec.path, context.run_id)
 
 
@@ -66,8 +72,6 @@ def _op_start(context: Any) -> None:
     started are ready (preload.py), and this process's storages keep open connections for the
     rest of the run (dagster_internals.pool_connections: the op's events and tags are written
     without a PostgreSQL connect each; once per process)."""
-    from . import preload
-    from .dagster_internals import pool_connections
     preload.wait()
     try:
         pool_connections(context.instance)
@@ -80,7 +84,7 @@ def _tag(context: Any, tags: dict[str, Any]) -> None:
 
 
 def _active_drain(spec: Any, rt: Any, drain_id: str | None) -> Any:
-    from increments.checkpoint.drains import DrainLog
+    from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
     drains = DrainLog.for_runtime(rt)
     if drain_id:
         d = drains.get(drain_id)
@@ -110,13 +114,11 @@ def _short(reason: str) -> str:
 def mark_idle(context: Any, spec: Any, reason: str) -> None:
     """Nothing to do: tag the run (outcome idle, the reason) and end the plan step without its
     outputs, so every later step is skipped and the run succeeds (no failure, nothing applied)."""
-    from . import runner
     _tag(context, {OUTCOME_TAG: "idle", REASON_TAG: f"nothing to do: {_short(reason)}"[:200]})
     runner.release_run(spec.key, context.run_id)
 
 
 def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
-    from . import runner
     _tag(context, {OUTCOME_TAG: "refused", REASON_TAG: _short(reason)[:200],
                    **({BATCH_TAG: batch_id} if batch_id is not None else {})})
     runner.release_run(spec.key, context.run_id)
@@ -124,7 +126,6 @@ def refusal_tags(context: Any, spec: Any, reason: str, batch_id: int | None) -> 
 
 def refuse(context: Any, spec: Any, reason: str, batch_id: int | None) -> None:
     """A later step lost the log's fence: fail this step with the reason (never retried)."""
-    from .refusal import refusal
     refusal_tags(context, spec, reason, batch_id)
     raise refusal(f"refused: {_short(reason)}")
 
@@ -134,7 +135,6 @@ def redacted_errors(fn: Any) -> Any:
     step's exception with its chain (messages and stacks), so a stand-in with redacted messages
     (increments.redaction.redacted_exception) is raised instead of one that carries a secret.
     The batch steps get this from `guarded`; the compact, migrate, purge and drain-start ops wear it."""
-    import functools
 
     @functools.wraps(fn)
     def op_body(*args: Any, **kwargs: Any) -> Any:
@@ -154,8 +154,6 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
     """Run one step: (True, result); a run that lost the log's fence is refused (the step fails, never retried).
     Any other error: the runtime is dropped (a retry rebuilds it from the log); on the last
     attempt the batch's failure is recorded (tags, failed check on the sink); then dg.Failure."""
-    from increments.errors import ConcurrentRunError
-    from . import runner
     try:
         return fn()
     except ConcurrentRunError as e:
@@ -171,7 +169,6 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
         md = {**({"batch_id": str(batch_id)} if batch_id is not None else {}), "step": step, "attempt": str(attempt),
               "error": dg.MetadataValue.text(text[:4000]), **location_metadata(text)}
         if last:
-            from .expectations import failure_evaluation
             try:                      # an on_violation="fail" expectation: its blocking check fails
                 failed_check = failure_evaluation(spec, e, batch_id)
             except Exception:  # noqa: BLE001 - the halt below is what must be recorded
@@ -185,7 +182,7 @@ def guarded(spec: Any, context: Any, step: str, batch_id: int | None, fn: Any) -
 
 
 def record_halt(context: Any, spec: Any, batch_id: int | None, step: str, text: str, md: dict[str, Any]) -> None:
-    from .chain import end_batch
+    from .chain import end_batch  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
     try:
         end_batch(context, spec, failed=True)        # a drain's backfill shows the failed batch
     except Exception as e:  # noqa: BLE001 - the halt below is what must be recorded
@@ -244,12 +241,11 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                        "skipped; commit fails with the reason).")
     def plan_op(context):
         _op_start(context)
-        from . import runner
-        from increments.checkpoint.drains import DrainLog
+        from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
         if context.dagster_run.tags.get(QUERY_TAG) != spec.name:     # a Materialize runs Dagster's asset job
             _tag(context, {QUERY_TAG: spec.name})
         wanted, drain_id, bad = wanted_batch(context)
-        from . import chain
+        from . import chain  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
         stop = chain.begin_batch(context, spec)     # a drain backfill's run: the next run created, out of cancel
         if stop:
             context.log.info(stop)
@@ -295,7 +291,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                retry_policy=policy, description=desc)
         def step_op(context, batch: dict):
             _op_start(context)
-            from increments.execution import steps
+            from increments.execution import steps  # noqa: PLC0415 - increments.execution.steps (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
 
             def run():
                 rt = _rt(spec, context)
@@ -314,10 +310,8 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                        "only failing step: the reason and what to launch instead (never retried).")
     def commit_op(context, batch: list):
         _op_start(context)
-        from increments.execution import steps
-        from . import runner
+        from increments.execution import steps  # noqa: PLC0415 - increments.execution.steps (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
         if len(batch) != 1 or isinstance(batch[0], str):       # plan refused: read .. write were skipped
-            from .refusal import refusal
             raise refusal(next((b for b in batch if isinstance(b, str)), "refused"))
         batch = batch[0]
 
@@ -351,7 +345,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
                             data_version=dg.DataVersion(prov["version"]) if prov.get("version") else None)
         for ev in own_evaluations(context, events):   # after the materialization: they evaluate this batch
             context.log_event(ev)
-        from . import chain
+        from . import chain  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
         try:                     # a drain: queue the next batch's run (chain.py)
             run_id = chain.after_commit(context, spec, batch["batch_id"], nxt)
         except Exception as e:  # noqa: BLE001 - the sensor requests the batch on its next tick
@@ -368,7 +362,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
            "write": _step("write", "write_batch", "sink.add_batch(N): idempotent per batch."),
            "commit": commit_op}
     if spec.fanout:
-        from .fanout import make_fanout_ops
+        from .fanout import make_fanout_ops  # noqa: PLC0415 - cycle: orchestration.fanout -> orchestration.ops
         ops.update(make_fanout_ops(spec, policy))
     return ops
 
@@ -376,7 +370,7 @@ def make_ops(spec: Any) -> dict[str, dg.OpDefinition]:
 def provenance(spec: Any, instance: Any, rt: Any, plan: Any, entry: Any) -> dict[str, Any]:
     """{'tags': input data versions of what batch N read, 'version': the sink's data version}
     (observations.py: the sink is "Unsynced" exactly while a source holds unread data)."""
-    from .observations import provenance_tags, sink_data_version
+    from .observations import provenance_tags, sink_data_version  # noqa: PLC0415 - cycle: orchestration.observations -> orchestration.assets -> orchestration.metadata -> orchestration.ops
     return {"tags": provenance_tags(spec, rt, dict(plan.entry.end), instance),
             "version": sink_data_version(rt, entry.sink_version)}
 
@@ -392,9 +386,7 @@ def own_evaluations(context: Any, events: list[Any]) -> list[Any]:
 
 def _plan(spec: Any, context: Any, wanted: int | None, drain_id: str | None) -> tuple[Any, Any, Any]:
     """(runtime, plan | None (idle) | refusal text, drain)."""
-    from increments.errors import ConcurrentRunError
-    from increments.execution import steps
-    from . import runner
+    from increments.execution import steps  # noqa: PLC0415 - increments.execution.steps (duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
     rt = _rt(spec, context)
     reason = runner.refusal(rt, wanted, f"{spec.key}_batch")
     if reason:
@@ -415,9 +407,8 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
                  progress: dict) -> tuple[dict[str, Any], list[Any], tuple[int, str] | None]:
     """Of committed batch N: (the materialization's metadata, the check evaluations to log after
     it, (N + 1, drain id) when its drain goes on)."""
-    from increments.checkpoint.drains import DrainLog
-    from . import health, runner
-    from .metadata import materialization_metadata
+    from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
+    from .metadata import materialization_metadata  # noqa: PLC0415 - cycle: orchestration.metadata -> orchestration.ops
     rec = runner.lineage(rt, plan, entry, progress)
     md = materialization_metadata(rt, rec, progress, context.run_id, context.instance)
     events: list[Any] = []
@@ -425,9 +416,8 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
         events.append(dg.AssetCheckEvaluation(
             asset_key=spec.sink_key, check_name=spec.check_name(rule), passed=passed, metadata=meta,
             description=desc, severity=dg.AssetCheckSeverity.WARN))
-    from .freshness import commit_evaluation
+    from .freshness import commit_evaluation  # noqa: PLC0415 - cycle: orchestration.freshness -> orchestration.assets -> orchestration.metadata -> orchestration.ops
     events.append(commit_evaluation(spec, rt))
-    from .expectations import evaluations
     events.extend(evaluations(spec, progress, plan.batch_id))     # one check per expectation
     events.append(dg.AssetCheckEvaluation(
         asset_key=spec.sink_key, check_name=spec.check_name(ERRORS_CHECK), passed=True,
@@ -441,7 +431,7 @@ def after_commit(spec: Any, context: Any, batch: dict, rt: Any, plan: Any, entry
     if drain is None or not drain.active:
         return md, events, None
     if runner.drain_has_more(rt, drain):
-        from .chain import drain_cancelled
+        from .chain import drain_cancelled  # noqa: PLC0415 - cycle: orchestration.chain -> orchestration.ops
         if not drain_cancelled(context):
             return md, events, (plan.batch_id + 1, drain_id)
         drains.finish(drain_id, "cancelled")           # its backfill was cancelled: stop after this batch
@@ -461,7 +451,7 @@ def drain_observation(spec: Any, drain_id: str, state: str, batches: int) -> dg.
 
 def _step_metadata(info: Any) -> dict[str, Any]:
     """The op's output metadata from its step's result (ReadResult, ProcessResult or WriteResult)."""
-    from increments.execution.step_results import ProcessResult, ReadResult
+    from increments.execution.step_results import ProcessResult, ReadResult  # noqa: PLC0415 - increments.execution.step_results (numpy, pyarrow): kept off the code location's import path
     if isinstance(info, ReadResult):
         return {"num_input_rows": info.num_input_rows, "duration_ms": info.get_batch_ms}
     if isinstance(info, ProcessResult):
@@ -473,5 +463,5 @@ def _step_metadata(info: Any) -> dict[str, Any]:
 
 def lineage_metadata(rec: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The batch's own entries of the sink materialization (orchestration/metadata.py)."""
-    from .metadata import batch_metadata
+    from .metadata import batch_metadata  # noqa: PLC0415 - cycle: orchestration.metadata -> orchestration.ops
     return batch_metadata(rec, run_id)

@@ -23,7 +23,7 @@ def _refusal_class() -> type | None:
     if not dg.__version__.startswith(CHECKED_ON):
         return None
     try:
-        from .dagster_internals import DagsterUserCodeProcessError, SerializableErrorInfo
+        from .dagster_internals import DagsterUserCodeProcessError, SerializableErrorInfo  # noqa: PLC0415 - optional: dagster_internals refuses to import outside its Dagster release line
     except ImportError:
         return None
 

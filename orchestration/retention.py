@@ -21,13 +21,17 @@ The shipped dagster.yaml also sets Dagster's own tick retention (`retention:`).
 """
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from typing import Any
 
 import dagster as dg
 
-from .ops import redacted_errors
+from . import dagster_internals as di
+from .dagster_internals import CHECK_INDEX, ensure_storage_indexes
+from .maintenance import MAINTENANCE_TAG
+from .ops import OUTCOME_TAG, QUERY_TAG, redacted_errors
 
 JOB = "increments_retention"
 SCHEDULE = "increments_retention_schedule"
@@ -47,9 +51,6 @@ def retention_days_setting(value: int | None = None) -> int | None:
 def purge(instance: Any, queries: list[str], instigators: set[str], days: float, now_s: float | None = None,
           log: Any = None) -> dict[str, int]:
     """Delete what is older than `days` (module doc); counts of what was deleted."""
-    from . import dagster_internals as di
-    from .maintenance import MAINTENANCE_TAG
-    from .ops import OUTCOME_TAG, QUERY_TAG
     cutoff = (now_s if now_s is not None else time.time()) - days * 86400.0
     before = _dt(cutoff)
     out = {"runs": 0, "check_executions": 0, "backfills": 0, "instigators_purged": 0}
@@ -81,12 +82,10 @@ FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 
 
 def _dt(ts: float) -> Any:
-    import datetime
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc)
 
 
 def _delete_runs(instance: Any, filters: Any, keep: set[str]) -> dict[str, int]:
-    from . import dagster_internals as di
     out = {"runs": 0, "check_executions": 0}
     while True:
         ids = [r.dagster_run.run_id for r in instance.get_run_records(filters, limit=PAGE + len(keep), ascending=True)]
@@ -110,7 +109,6 @@ def make_retention(queries: list[str], instigators: set[str], retention_days: in
                "this many days"))})
     @redacted_errors
     def purge_op(context):
-        from .dagster_internals import CHECK_INDEX, ensure_storage_indexes
         if ensure_storage_indexes(context.instance):
             context.log.info(f"created index {CHECK_INDEX} on asset_check_executions (the checks' latest status)")
         counts = purge(context.instance, queries, instigators | {SCHEDULE}, context.op_config["retention_days"],

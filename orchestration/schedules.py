@@ -11,11 +11,13 @@ target does not move). The drain's state is an observation on the sink asset and
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import dagster as dg
 
-from .ops import redacted_errors
+from . import chain, runner
+from .ops import DRAIN_TAG, redacted_errors
 
 
 def make_drain_job(spec: Any) -> dg.JobDefinition:
@@ -23,7 +25,6 @@ def make_drain_job(spec: Any) -> dg.JobDefinition:
                                                         "a backfill and queue its first batch run.")
     @redacted_errors
     def start_drain_op(context):
-        from . import runner
         rt = runner.build_runtime(spec.writer_factory, spec.path, context.run_id, staging="memory")
         try:
             drain, created, backfill_id = _start(context, spec, rt)
@@ -52,12 +53,8 @@ def _start(context: Any, spec: Any, rt: Any) -> tuple[Any, bool, str | None]:
     """(drain, created, backfill id): the active drain, or a new one with the targets available now;
     a new drain with work gets its backfill and first batch run before it is recorded active (so the
     trigger sensor never requests that batch too); one with nothing to do is recorded done."""
-    import uuid
+    from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
 
-    from increments.checkpoint.drains import DrainLog
-
-    from . import chain, runner
-    from .ops import DRAIN_TAG
     drains = DrainLog.for_runtime(rt)
     cur = drains.active()
     if cur is not None:

@@ -37,8 +37,10 @@ import dagster as dg
 
 from increments.redaction import redact
 
+from . import runner
 from .assets import trigger_text
-from .ops import BATCH_TAG, DRAIN_TAG, ERROR_TAG, OUTCOME_TAG, QUERY_TAG
+from .chain import drain_request_tags
+from .ops import BATCH_TAG, DRAIN_TAG, ERROR_TAG, OUTCOME_TAG, QUERY_TAG, error_location
 
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -100,7 +102,6 @@ def _failure_message(instance: Any, run_id: str) -> str:
 
 def halt_text(h: dict[str, Any]) -> str:
     """'query q is HALTED at batch N (file F, line L): <error>. ... To resume, ...' (one line)."""
-    from .ops import error_location
     batch = f"at batch {h['batch_id']}" if h.get("batch_id") is not None else "(a batch failed)"
     loc = error_location(h["error"] or "")
     at = f" (file {loc['file']}, line {loc['line']})" if loc else ""
@@ -111,7 +112,6 @@ def halt_text(h: dict[str, Any]) -> str:
 def halt_cursor(h: dict[str, Any]) -> str:
     """The sensor's cursor while the query is halted, shown in each tick's row of its history:
     'halted at batch N (file F, line L), run <id>' (the webhook is called when it changes)."""
-    from .ops import error_location
     loc = error_location(h["error"] or "")
     at = f" ({loc['file'].rsplit('/', 1)[-1]}, line {loc['line']})" if loc else ""
     return f"halted at batch {h.get('batch_id')}{at}, run {h['run_id'][:8]}"
@@ -119,7 +119,7 @@ def halt_cursor(h: dict[str, Any]) -> str:
 
 def notify(url: str, payload: dict[str, Any], timeout: float = 5.0) -> None:
     """POST the halt as JSON to the user's webhook."""
-    import urllib.request
+    import urllib.request  # noqa: PLC0415 - urllib.request (http.client, email): only the halt webhook needs it, kept off the code location's import path
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -144,8 +144,7 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
                            "next batch run when none is in flight and there is work (or a drain is active); "
                            "stops requesting (halted) when a batch failed after its retries.")
     def trigger(context):
-        from increments.checkpoint.drains import DrainLog
-        from . import runner
+        from increments.checkpoint.drains import DrainLog  # noqa: PLC0415 - increments.checkpoint.drains (sqlalchemy): kept off the code location's import path
         if in_flight(context.instance, spec.name):
             return dg.SkipReason(f"a run of query {spec.name} is in flight")
         if retry_pending(context.instance, spec):
@@ -171,7 +170,6 @@ def make_sensor(spec: Any, job: dg.JobDefinition) -> dg.SensorDefinition:
             nxt, redo = runner.next_batch_id(rt)
             drain = DrainLog.for_runtime(rt).active()
             if drain is not None:            # a lost chain (chain.py): the drain's backfill's tags
-                from .chain import drain_request_tags
                 tags = drain_request_tags(context.instance, drain.drain_id, nxt)
                 if tags is None:
                     DrainLog.for_runtime(rt).finish(drain.drain_id, "cancelled")

@@ -14,6 +14,6 @@ __all__ = ["StateStore", "StateStoreProvider", "StateMetrics", "StateStoreError"
 def __getattr__(name: str):
     """``state.make_provider`` / ``state.PROVIDERS`` load the providers (and rocksdict) on first use."""
     if name in ("make_provider", "PROVIDERS"):
-        from . import providers
+        from . import providers  # noqa: PLC0415 - the providers load rocksdict: kept off `import state`
         return getattr(providers, name)
     raise AttributeError(f"module 'state' has no attribute {name!r}")

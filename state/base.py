@@ -34,6 +34,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator
 
+from increments import storage
+
+from .encoding import prefix_end
+
 
 class StateStoreError(RuntimeError):
     """A state version cannot be loaded or committed."""
@@ -88,7 +92,6 @@ class StateStore(ABC):
         The result reflects the state when the scan starts; writing while iterating is allowed."""
 
     def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        from .encoding import prefix_end
         return self.range_scan(prefix or None, prefix_end(prefix))
 
     def iter_all(self) -> Iterator[tuple[bytes, bytes]]:
@@ -156,7 +159,6 @@ class StateStoreProvider(ABC):
     def __init__(self, checkpoint, *, changelog_checkpointing: bool = True,
                  snapshot_interval: int = 10, retention_versions: int = 100,
                  storage_options: dict | None = None):
-        from increments import storage
         if snapshot_interval < 1 or retention_versions < 1:
             raise ValueError("snapshot_interval and retention_versions must be >= 1")
         self.checkpoint = storage.location(checkpoint, storage_options)

@@ -18,7 +18,12 @@ cannot harm the attempt the commit log names.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
+import time
+
+from increments.storage import redact
 
 from . import files
 from .base import StateStore, StateStoreError, StateStoreProvider
@@ -57,7 +62,6 @@ class FileBackedProvider(StateStoreProvider):
     def open(self, operator: str, partition: int, version: int, token: str | None = None) -> StateStore:
         """Open (operator, partition) at (version, token); a store previously opened for the same
         (operator, partition) by this provider is aborted and closed first."""
-        from increments.storage import redact
         key = (operator, partition)
         with self._lock:
             prev = self._active.pop(key, None)
@@ -140,7 +144,6 @@ class FileBackedProvider(StateStoreProvider):
                     loc.delete_prefix(d + "/")
                 _remove_stale_temp_files(loc.local_path())
         except Exception as e:  # noqa: BLE001
-            from increments.storage import redact
             log.warning("state cleanup of %s in %s failed (%s); old versions stay until the next cleanup",
                         self.where(operator, partition), loc.url, redact(e))
 
@@ -165,9 +168,6 @@ def _remove_stale_temp_files(directory: str, age_s: float = 3600.0) -> None:
     """Temp files of local writes and temp directories of RocksDB snapshots (``.tmp-*``) a killed
     process left, once an hour old (a live write is never that old; a younger one may belong to an
     attempt still writing)."""
-    import os
-    import shutil
-    import time
     cutoff = time.time() - age_s
     try:
         entries = list(os.scandir(directory))

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from increments.lazy import lazy_module
+from increments.storage import location
 
 from .base import StateStoreError
 
@@ -97,7 +98,7 @@ def snapshot_name(version: int, token: str) -> str:
 # -- rows files -----------------------------------------------------------------------------------
 def encode_rows(keys: list[bytes], values: list, meta: dict) -> bytes:
     """An Arrow IPC file of (key, value) rows whose schema metadata holds ``meta``."""
-    from .columnar import binary_array
+    from .columnar import binary_array  # noqa: PLC0415 - state.columnar loads numpy: kept off `import state` (the code location)
     table = pa.Table.from_arrays(
         [binary_array(keys), binary_array(values)],
         schema=pa.schema([("key", pa.binary()), ("value", pa.binary())]).with_metadata({"increments": json.dumps(meta)}))
@@ -119,7 +120,6 @@ def decode_meta(data: bytes) -> dict:
 
 def write_json(path: str, obj) -> None:
     """Atomically write a JSON file at a local path (kept for callers outside the state store)."""
-    from increments.storage import location
     location(os.path.dirname(os.path.abspath(path))).write_bytes(os.path.basename(path), json.dumps(obj).encode())
 
 

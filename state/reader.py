@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import tempfile
 
+from increments import storage
 from increments.lazy import lazy_module
+from increments.types import duckdb_to_arrow
 
 from . import files
 from .base import StateStoreError
 from .encoding import decode_key, decode_value
-from increments.types import duckdb_to_arrow
-
 from .schema import read_state_schema
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
@@ -59,7 +59,7 @@ def _newest_with_files(listing: files.Listing, version: int) -> int:
 
 def _read_partition(checkpoint, operator: str, partition: int, version: int, token: str | None,
                     kind: str, tmp: str) -> list[tuple[bytes, bytes]]:
-    from .providers import make_provider  # here, not at the top: `import state` stays without rocksdict
+    from .providers import make_provider  # noqa: PLC0415 - the providers load rocksdict: kept off `import state`
     with make_provider(kind, checkpoint, local_dir=tmp) as provider:
         store = provider.open(operator, partition, version, token)
         try:
@@ -71,7 +71,6 @@ def _read_partition(checkpoint, operator: str, partition: int, version: int, tok
 def read_state(checkpoint, operator: str, version: int | None = None, tokens: dict[int, str] | None = None,
                storage_options: dict | None = None, partition: int | None = None) -> pa.Table:
     """Arrow table of the operator's state at ``version`` (see module docstring)."""
-    from increments import storage
     loc = storage.location(checkpoint, storage_options)
     op_loc = loc.child("state", operator)
     parts = _partitions(op_loc, operator)

@@ -27,17 +27,17 @@ def write_snapshot(provider_name: str, checkpoint, operator: str, partition: int
     if provider_name == "memory":
         files.put(loc, files.snapshot_name(version, token), files.encode_rows(keys, values, meta))
         return token
-    from .rocksdb_provider import RocksDBStateStoreProvider
-    from .working import Working
+    from .rocksdb_snapshots import local_checkpoint, upload_snapshot  # noqa: PLC0415 - rocksdict: the rocksdb branch only
+    from .working import Working  # noqa: PLC0415 - rocksdict: the rocksdb branch only
     tmp = tempfile.mkdtemp(prefix="increments-rescale-")
     try:
         w = Working(os.path.join(tmp, "db"))
         try:
             w.write(keys, values, version, token, len(keys), {version: token})
-            local = RocksDBStateStoreProvider._local_checkpoint(w, version)
+            local = local_checkpoint(w, version)
         finally:
             w.close()
-        RocksDBStateStoreProvider._upload_snapshot(local, loc, meta)
+        upload_snapshot(local, loc, meta)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return token

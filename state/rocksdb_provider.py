@@ -2,7 +2,8 @@
 (a cache, state.working) plus versioned files in the checkpoint (state.files).
 
 A batch's writes are buffered in an overlay (so abort is free and the working copy only ever
-holds committed versions); reads and ordered scans merge overlay and DB.
+holds committed versions); reads and ordered scans merge overlay and DB: RocksDBStateStore,
+state/rocksdb_store.py.
 
 Commit of version N under a fresh token T (each step leaves N-1 loadable, see state.base):
   1. changelog on: write ``N.T.changelog`` (the batch's puts/deletes, parent token, rows)
@@ -19,13 +20,8 @@ Commit of version N under a fresh token T (each step leaves N-1 loadable, see st
      and ``close`` wait for it.
   4. cleanup every ``snapshot_interval`` versions (state.filebacked).
 
-Two snapshot formats, both under ``N.T.snapshot/`` with ``_meta.json`` last (its ``format`` says
-which): a small version (at most ``rows_snapshot_max`` rows, 4096 by default, and 4 MiB of keys and
-values) is read out of the working copy right after step 2 and written as one Arrow file
-``rows.arrow`` (the changelog's encoding, ``format: "rows"``); a larger one is a RocksDB checkpoint
-(``format`` absent). rocksdict holds the GIL through a checkpoint (its memtable flush and fsyncs, 2-3
-ms even for a few hundred rows) and every thread of the process waits; reading 4096 rows takes
-about 1.5 ms, and loading the rows format writes them into a fresh working copy in one WriteBatch.
+Two snapshot formats (a small version as one Arrow file of rows, a larger one as a RocksDB
+checkpoint): state/rocksdb_snapshots.py, which writes and reads them.
 
 Loading (V, token): the working copy is reused when it holds (V, token) and the rows the
 checkpoint records for it -- the token itself carries them (state.files.new_token), so with the
@@ -43,213 +39,18 @@ import os
 import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import repeat
-from operator import is_not
-from typing import Iterator
 
-from rocksdict import Checkpoint, ReadOptions
+from increments import storage
+from increments.storage import redact
 
 from . import files
-from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
-from .sortedkeys import SortedKeys, sorted_items
-from .working import (Claim, Working, copy_db, private_copy_path, private_store_dir,
-                      remove_leftovers)
+from .rocksdb_snapshots import (ROWS_SNAPSHOT_MAX, download_snapshot, local_checkpoint, rows_snapshot,
+                                upload_snapshot)
+from .rocksdb_store import RocksDBStateStore
+from .working import Claim, Working, private_copy_path, private_store_dir, remove_leftovers
 
 log = logging.getLogger("increments.state.rocksdb")
-
-ROWS_SNAPSHOT_MAX = 4096             # default rows_snapshot_max (module doc: the two snapshot formats)
-ROWS_SNAPSHOT_MAX_BYTES = 4 << 20
-ROWS_FILE = "rows.arrow"
-
-
-class RocksDBStateStore(StateStore):
-    _KNOWN_MAX = 4_000_000          # keys whose presence multi_get remembers for the batch's puts
-    def __init__(self, provider: "RocksDBStateStoreProvider", operator: str, partition: int,
-                 working: Working):
-        self._provider, self.operator, self.partition = provider, operator, partition
-        self._w = working
-        self.version, self.token = working.version, working.token
-        self._overlay: dict[bytes, bytes | None] = {}
-        self._okeys = SortedKeys()
-        self._known: dict[bytes, bool] = {}     # whether the DB holds a key, as multi_get found it
-        self._rows = working.rows
-        self._updated = self._removed = 0
-        self._obytes = 0
-        self._closed = False
-
-    # -- reads -------------------------------------------------------------------------
-    def get(self, key: bytes) -> bytes | None:
-        ov = self._overlay
-        if key in ov:
-            return ov[key]
-        return self._w.db.get(key)
-
-    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        """One ``get`` per key through ``map`` (rocksdict's own multi-get costs ~1 us a key more, even
-        on an empty DB); what the DB answered is remembered for a following put_many (``_known``)."""
-        ov = self._overlay
-        get = self._w.db.get
-        if not ov and self._w.rows == 0:
-            return [None] * len(keys)          # an empty DB (a first batch, a backfill): nothing to ask
-        if not ov:
-            found = list(map(get, keys))
-            self._remember(keys, found)
-            return found
-        missing = [k for k in keys if k not in ov]
-        found = list(map(get, missing))
-        self._remember(missing, found)
-        at = dict(zip(missing, found))
-        return [ov[k] if k in ov else at[k] for k in keys]
-
-    def _remember(self, keys: list[bytes], found: list) -> None:
-        if self._w.rows == 0:
-            return                      # an empty DB: every key is known to be absent
-        if len(self._known) + len(keys) <= self._KNOWN_MAX:
-            self._known.update(zip(keys, map(is_not, found, repeat(None))))
-
-    def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        ov = self._overlay
-        okeys = self._okeys.irange(start, end) if ov else []
-        ro = ReadOptions()
-        if end is not None:
-            ro.set_iterate_upper_bound(end)
-        it = (self._w.db.items(from_key=start, read_opt=ro) if start is not None
-              else self._w.db.items(read_opt=ro))
-        i, n = 0, len(okeys)
-        for dk, dv in it:
-            while i < n and okeys[i] < dk:
-                v = ov.get(okeys[i])
-                if v is not None:
-                    yield okeys[i], v
-                i += 1
-            if i < n and okeys[i] == dk:
-                v = ov.get(dk)
-                i += 1
-                if v is not None:
-                    yield dk, v
-            elif dk in ov:   # written during this scan
-                v = ov[dk]
-                if v is not None:
-                    yield dk, v
-            else:
-                yield dk, dv
-        for k in okeys[i:]:
-            v = ov.get(k)
-            if v is not None:
-                yield k, v
-
-    # -- writes ------------------------------------------------------------------------
-    def _exists(self, key: bytes) -> bool:
-        ov = self._overlay
-        if key in ov:
-            return ov[key] is not None
-        self._okeys.add(key)
-        if self._w.rows == 0:
-            return False
-        known = self._known.get(key)
-        return known if known is not None else self._w.db.get(key) is not None
-
-    def _bulk_existing(self, keys: list[bytes]) -> int:
-        """How many of the (distinct) keys hold a value now; the ones not in the overlay yet join
-        its index."""
-        ov = self._overlay
-        if ov:
-            fresh = [k for k in keys if k not in ov]
-            existed = sum(1 for k in keys if k in ov and ov[k] is not None)
-        else:
-            fresh, existed = keys, 0
-        if fresh and self._w.rows:
-            known = self._known
-            try:
-                existed += sum(map(known.__getitem__, fresh))
-            except KeyError:
-                unknown = [k for k in fresh if k not in known] if known else fresh
-                existed += sum(known[k] for k in fresh if k in known) if known else 0
-                existed += self._count_in_db(unknown)
-        self._okeys.add_many(fresh)
-        return existed
-
-    def _count_in_db(self, keys: list[bytes]) -> int:
-        """How many of the (distinct) keys the working copy holds: a get per key, or, for many keys
-        (a large eviction), one pass over the DB's keys in order (a get of a random key reads several
-        files; the pass reads each block once)."""
-        db = self._w.db
-        if len(keys) * 8 < self._w.rows:
-            return sum(map(is_not, map(db.get, keys), repeat(None)))
-        return sum(map(set(keys).__contains__, db.keys()))
-
-    def delete_many(self, keys: list[bytes]) -> None:
-        existed = self._bulk_existing(keys)
-        self._rows -= existed
-        self._removed += existed
-        self._overlay.update(zip(keys, repeat(None)))
-
-    def remove_many(self, keys: list[bytes]) -> None:
-        ov = self._overlay            # every key holds a value (the caller's contract): nothing to count
-        self._okeys.add_many([k for k in keys if k not in ov] if ov else keys)
-        self._rows -= len(keys)
-        self._removed += len(keys)
-        ov.update(zip(keys, repeat(None)))
-
-    def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
-        keys = self.range_keys(start, end)          # the scan saw each of them hold a value
-        self.remove_many(keys)
-        return keys
-
-    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
-        ov = self._overlay
-        existed = self._bulk_existing(keys)
-        self._rows += len(keys) - existed
-        ov.update(zip(keys, values))
-        self._obytes += sum(map(len, keys)) + sum(map(len, values))
-        self._updated += len(keys)
-
-    def put(self, key: bytes, value: bytes) -> None:
-        if not self._exists(key):
-            self._rows += 1
-        self._overlay[key] = bytes(value)
-        self._obytes += len(key) + len(value)
-        self._updated += 1
-
-    def delete(self, key: bytes) -> None:
-        if self._exists(key):
-            self._rows -= 1
-            self._removed += 1
-        self._overlay[key] = None
-
-    # -- lifecycle ---------------------------------------------------------------------
-    def commit(self, version: int) -> int:
-        if self._closed:
-            raise StateStoreError(f"operator {self.operator!r} partition {self.partition}: "
-                                  "store is closed")
-        self._check_commit_version(version)
-        ov = self._overlay
-        # in key order (the overlay's index sorts them): RocksDB takes a sorted WriteBatch ~10x faster
-        keys, values = sorted_items(ov) if len(ov) > 1000 else (list(ov), list(ov.values()))
-        self.token = self._provider._commit(self, version, keys, values, self._rows)
-        self.version = version
-        self.abort()
-        return version
-
-    def abort(self) -> None:
-        self._overlay = {}
-        self._okeys = SortedKeys()
-        self._known = {}
-        self._rows = self._w.rows
-        self._updated = self._removed = self._obytes = 0
-
-    def metrics(self) -> StateMetrics:
-        db = self._w.db
-        used = ((db.property_int_value("rocksdb.estimate-live-data-size") or 0)
-                + (db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0) + self._obytes)
-        return StateMetrics(self._rows, self._updated, self._removed, used)
-
-    def close(self) -> None:
-        if not self._closed:
-            self.abort()
-            self._closed = True
-            self._provider._release(self)
 
 
 class RocksDBStateStoreProvider(FileBackedProvider):
@@ -257,6 +58,8 @@ class RocksDBStateStoreProvider(FileBackedProvider):
     ``rows_snapshot_max``, the most rows a version may hold to be snapshotted as rows (module doc;
     0: always a RocksDB checkpoint)."""
     log_kind = "changelog"
+    #: through the class, so tests can make the upload fail or crash at it (tests/state/crash_commit.py)
+    _upload_snapshot = staticmethod(upload_snapshot)
 
     def __init__(self, checkpoint, *, local_dir: str | None = None, rows_snapshot_max: int = ROWS_SNAPSHOT_MAX,
                  **conf):
@@ -278,7 +81,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
     @property
     def root(self) -> str:
         if self._root is None:
-            from increments import storage
             h = hashlib.sha1(self.checkpoint.url.encode()).hexdigest()[:16]
             self._root = storage.private_dir(self.local_dir, "state", h)
         return self._root
@@ -391,8 +193,8 @@ class RocksDBStateStoreProvider(FileBackedProvider):
 
         def fill(path: str) -> None:
             if tr.snapshot is not None:
-                rows[0], snapshot_rows[0] = self._download_snapshot(loc, tr.snapshot,
-                                                                    tr.listing.snapshots[tr.snapshot], path)
+                rows[0], snapshot_rows[0] = download_snapshot(loc, tr.snapshot,
+                                                              tr.listing.snapshots[tr.snapshot], path)
 
         w = self._open_working(operator, partition, fill=fill)
         if snapshot_rows[0] is not None:                 # a rows snapshot: written into the fresh copy
@@ -405,34 +207,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._verified[key] = (version, token, rows[0])
         return w
 
-    @staticmethod
-    def _download_snapshot(loc, snap: tuple[int, str], names: list[str], path: str) -> tuple[int, tuple | None]:
-        """Fill the (empty) working copy directory ``path`` with the snapshot's files: (its rows,
-        None); a rows snapshot leaves ``path`` empty and returns (its rows, (keys, values))."""
-        prefix = files.snapshot_name(*snap) + "/"
-        meta = json.loads(loc.read_bytes(prefix + files.META))
-        if meta.get("version") != snap[0] or (snap[1] and meta.get("token") != snap[1]):
-            raise StateStoreError(f"{loc.join(prefix + files.META)} records version {meta.get('version')} "
-                                  f"token {meta.get('token')}, not {snap[0]} {snap[1]}")
-        if meta.get("format") == "rows":
-            inner, keys, values = files.decode_rows(loc.read_bytes(prefix + ROWS_FILE))
-            if inner.get("version") != meta["version"] or len(keys) != int(meta["rows"]):
-                raise StateStoreError(f"{loc.join(prefix + ROWS_FILE)} holds version {inner.get('version')} with "
-                                      f"{len(keys)} rows, not version {meta['version']} with {meta['rows']} as "
-                                      f"{files.META} records")
-            return int(meta["rows"]), (keys, values)
-        local = loc.local_path(prefix)
-        if local is not None:
-            copy_db(local, path, link=True)
-        else:
-            for name in names:
-                rel = name[len(prefix):]
-                if rel == files.META or "/" in rel:
-                    continue
-                with open(os.path.join(path, rel), "wb") as f:
-                    f.write(loc.read_bytes(name))
-        return int(meta["rows"]), None
-
     # -- commit ----------------------------------------------------------------------------------------
     def _write_version(self, store: RocksDBStateStore, meta: dict, keys: list[bytes], values: list,
                        lineage: dict[int, str]) -> None:
@@ -444,12 +218,12 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._apply_local(store._w, keys, values, meta, lineage)
         self._verified[key] = (version, meta["token"], meta["rows"])
         if not self.changelog_checkpointing:   # the snapshot is what makes (N, T) loadable: synchronous
-            rows = self._rows_snapshot(store._w, meta)
+            rows = rows_snapshot(store._w, meta, self.rows_snapshot_max)
             self._upload_snapshot(rows if rows is not None else
-                                  self._local_checkpoint(store._w, version, loc, meta["token"]), loc, meta)
+                                  local_checkpoint(store._w, version, loc, meta["token"]), loc, meta)
         elif self.cleanup_due(version):
             self._await_upload(key)            # the previous one, normally long done: one at a time per store
-            rows = self._rows_snapshot(store._w, meta)      # read now: the copy holds exactly N
+            rows = rows_snapshot(store._w, meta, self.rows_snapshot_max)      # read now: the copy holds exactly N
             # else set once the job's local checkpoint of version N exists
             taken = threading.Event() if rows is None else None
             with self._lock:   # partitions commit concurrently (execution/state_manager.py)
@@ -462,16 +236,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                     self._taken[key] = taken
                 self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, store._w, taken, loc,
                                                            meta, key, rows)
-
-    def _rows_snapshot(self, w: Working, meta: dict) -> bytes | None:
-        """Version N (the working copy as the commit left it) encoded as a rows snapshot, or None
-        when it is too large for one (module doc)."""
-        if meta["rows"] > self.rows_snapshot_max:
-            return None
-        kv = w.items(self.rows_snapshot_max, ROWS_SNAPSHOT_MAX_BYTES)
-        if kv is None or len(kv[0]) != meta["rows"]:
-            return None
-        return files.encode_rows(kv[0], kv[1], meta)
 
     def _keep_version(self, store: RocksDBStateStore, meta: dict, lineage: dict[int, str]) -> None:
         self._apply_local(store._w, [], [], meta, lineage)
@@ -494,21 +258,6 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                 if self._taken.get(k) is e:
                     del self._taken[k]
 
-    @staticmethod
-    def _local_checkpoint(w: Working, version: int, loc=None, token: str = "") -> str:
-        """A RocksDB checkpoint of the working copy as it is now (at `version`): when the store
-        ``loc`` is on the local disk, inside the store directory as ``.tmp-<v>.<token>.snapshot``
-        (a temp name every listing skips; _upload_snapshot renames it), else beside the working copy."""
-        store_dir = loc.local_path() if loc is not None and loc.is_local else None
-        if store_dir is not None:
-            os.makedirs(store_dir, exist_ok=True)
-            local = os.path.join(store_dir, ".tmp-" + files.snapshot_name(version, token))
-        else:
-            local = f"{w.path}.ckpt-{version}"
-        shutil.rmtree(local, ignore_errors=True)
-        Checkpoint(w.db).create_checkpoint(local)
-        return local
-
     def _snapshot_then_cleanup(self, w: Working, taken: threading.Event | None, loc, meta: dict,
                                key: tuple[str, int], rows: bytes | None = None) -> None:
         """The background job: a local checkpoint of the working copy as the commit left it (the
@@ -519,79 +268,15 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         try:
             if rows is None:
                 try:
-                    local = self._local_checkpoint(w, meta["version"], loc, meta["token"])
+                    local = local_checkpoint(w, meta["version"], loc, meta["token"])
                 finally:
                     taken.set()
             self._upload_snapshot(local if rows is None else rows, loc, meta)
         except Exception as e:  # noqa: BLE001
-            from increments.storage import redact
             log.warning("state snapshot of operator %r partition %d was not written (%s); the version "
                         "stays loadable from its changelogs", key[0], key[1], redact(e))
         finally:
             self._cleanup(*key, meta["version"])
-
-    @staticmethod
-    def _upload_snapshot(local: str | bytes, loc, meta: dict) -> None:
-        """Make the local checkpoint ``local`` the snapshot ``N.T.snapshot/`` of the store ``loc``,
-        ``_meta.json`` written last, every object create-only; ``local`` is gone afterwards.
-
-        * ``local`` as bytes: a rows snapshot (module doc): ``rows.arrow``, then ``_meta.json``
-          with ``format: "rows"`` (each files.put: its own fsync and directory fsync).
-
-        * ``local`` inside the store directory (``.tmp-N.T.snapshot``, see _local_checkpoint): each
-          non-.sst file is fsynced (RocksDB syncs its table files), the directory is renamed to
-          ``N.T.snapshot`` (a name no other attempt uses: the token is fresh), then the snapshot
-          directory and the store directory are fsynced, then ``_meta.json`` is written (files.put:
-          its own fsync and directory fsync). No file is copied or linked again.
-        * else, store on the local disk: every file is hard-linked into ``N.T.snapshot/`` (``link``
-          fails when the name exists), the non-.sst ones fsynced, the two directories fsynced, then
-          ``_meta.json``; a file that cannot be linked (another file system) is copied with files.put.
-        * store on an object store: each file with files.put, then ``_meta.json``.
-        So after a crash or a power loss a ``_meta.json`` implies every file of the snapshot and its
-        directory entry (3 directory fsyncs per snapshot, not one per file); a crash before leaves
-        a partial snapshot (no ``_meta.json``: ignored, removed by cleanup) or a ``.tmp-`` directory
-        (never listed; removed by cleanup once an hour old)."""
-        prefix = files.snapshot_name(meta["version"], meta["token"]) + "/"
-        if isinstance(local, bytes):
-            files.put(loc, prefix + ROWS_FILE, local)
-            files.put(loc, prefix + files.META, json.dumps(dict(meta, format="rows")).encode())   # last
-            return
-        try:
-            target = loc.local_path(prefix)
-            if target is not None and os.path.dirname(local) == os.path.dirname(target.rstrip("/")):
-                for name in os.listdir(local):
-                    if not name.endswith(".sst"):
-                        _fsync_path(os.path.join(local, name), os.O_RDONLY)
-                os.rename(local, target.rstrip("/"))
-                _fsync_path(target, os.O_RDONLY)
-                _fsync_path(os.path.dirname(target.rstrip("/")), os.O_RDONLY)
-                files.put(loc, prefix + files.META, json.dumps(meta).encode())   # last: the snapshot is complete
-                return
-            linked = False
-            for name in sorted(os.listdir(local)):
-                src = os.path.join(local, name)
-                if target is not None:
-                    os.makedirs(target, exist_ok=True)
-                    dst = os.path.join(target, name)
-                    try:
-                        os.link(src, dst)                  # fails when the name exists
-                    except FileExistsError:
-                        raise
-                    except OSError:
-                        pass                               # another file system: copy
-                    else:
-                        linked = True
-                        if not name.endswith(".sst"):
-                            _fsync_path(dst, os.O_RDONLY)
-                        continue
-                with open(src, "rb") as f:
-                    files.put(loc, prefix + name, f.read())
-            if linked:
-                _fsync_path(target, os.O_RDONLY)                      # the links
-                _fsync_path(os.path.dirname(target.rstrip("/")), os.O_RDONLY)   # the snapshot directory
-            files.put(loc, prefix + files.META, json.dumps(meta).encode())   # last: the snapshot is complete
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
 
     def _await_upload(self, key: tuple[str, int]) -> None:
         """Wait for the background snapshot copy of (operator, partition), if any. A failed copy
@@ -615,12 +300,3 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._claims.clear()
         self._verified.clear()
 
-
-def _fsync_path(path: str, flags: int) -> None:
-    """fsync a file or a directory by path (errors propagate: a snapshot that cannot be made
-    durable is not completed)."""
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

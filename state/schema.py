@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 
+from increments import storage
+
 SCHEMA_FILE = "_schema.json"
 
 
 def _operator_loc(checkpoint, operator: str, storage_options: dict | None = None):
-    from increments import storage
     return storage.location(checkpoint, storage_options).child("state", operator)
 
 

@@ -9,12 +9,15 @@ import re
 from typing import Any
 
 from ..durations import parse_duration_ms
-from .. import udf
+from ..errors import AnalysisException
+from ..plan.spark_sql import generator_of
+from ..udf import Column
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec, window_time_source
-from ..plan import nodes as n
+from ..plan import nodes as n, udf_rewrite
 from ..plan.udf_nodes import map_batches_node
 from ..types import parse_schema
 from .static import as_static_node
+from .writer import DataStreamWriter
 
 
 class StreamFrame:
@@ -35,20 +38,20 @@ class StreamFrame:
             exprs = tuple(exprs[0])
         if not exprs:
             raise ValueError("select needs at least one expression")
-        if udf.has_udf(*exprs):   # UDF calls: evaluated on Arrow below this step (increments/udf.py)
-            return StreamFrame(udf.select(self._node, exprs))
+        if udf_rewrite.has_udf(*exprs):   # UDF calls: evaluated on Arrow below this step (plan/udf_rewrite.py)
+            return StreamFrame(udf_rewrite.select(self._node, exprs))
         return StreamFrame(n.Select(_generator_filter(self._node, exprs), tuple(str(e) for e in exprs)))
 
     def filter(self, condition: str) -> "StreamFrame":
-        if udf.has_udf(condition):
-            return StreamFrame(udf.filter(self._node, condition))
+        if udf_rewrite.has_udf(condition):
+            return StreamFrame(udf_rewrite.filter(self._node, condition))
         return StreamFrame(n.Filter(self._node, condition))
 
     where = filter
 
     def with_column(self, name: str, expr: str) -> "StreamFrame":
-        if udf.has_udf(expr):
-            return StreamFrame(udf.with_column(self._node, name, expr))
+        if udf_rewrite.has_udf(expr):
+            return StreamFrame(udf_rewrite.with_column(self._node, name, expr))
         return StreamFrame(n.WithColumn(_generator_filter(self._node, (expr,)), name, str(expr)))
 
     withColumn = with_column
@@ -97,7 +100,7 @@ class StreamFrame:
         if not isinstance(expectations, dict) or not expectations:
             raise TypeError("expect_all: pass a non-empty dict {name: SQL condition}")
         for k, v in expectations.items():
-            udf.refuse(v, "an expectation's condition")
+            udf_rewrite.refuse(v, "an expectation's condition")
             if not isinstance(k, str) or not k.strip() or not isinstance(v, str) or not v.strip():
                 raise TypeError(f"expect: name {k!r} and condition {v!r} must be non-empty strings")
         how = str(on_violation).lower()
@@ -145,7 +148,7 @@ class StreamFrame:
                "fullouter": "full_outer", "semi": "left_semi", "leftsemi": "left_semi"}.get(how, how)
         if how not in ("inner", "left_outer", "right_outer", "full_outer", "left_semi"):
             raise ValueError(f"join: how={how!r} is not one of inner, left_outer, right_outer, full_outer, left_semi")
-        udf.refuse(on, "a join condition")
+        udf_rewrite.refuse(on, "a join condition")
         right = other.node if isinstance(other, StreamFrame) else as_static_node(other)
         if isinstance(on, str) and " " not in on.strip() and "=" not in on:
             on = [on]
@@ -171,7 +174,6 @@ class StreamFrame:
     # -- output -----------------------------------------------------------------------------
     @property
     def write_stream(self):
-        from .writer import DataStreamWriter
         return DataStreamWriter(self)
 
     writeStream = write_stream
@@ -179,11 +181,11 @@ class StreamFrame:
     @property
     def schema(self):
         """The output schema (Arrow), derived by compiling the plan without running it."""
-        from ..plan.compiler import output_schema
+        from ..plan.compiler import output_schema  # noqa: PLC0415 - increments.plan.compiler (deltalake, duckdb, numpy, pyarrow): kept off the code location's import path
         return output_schema(self._node)
 
     def explain(self) -> str:
-        from ..plan.compiler import explain
+        from ..plan.compiler import explain  # noqa: PLC0415 - increments.plan.compiler (deltalake, duckdb, numpy, pyarrow): kept off the code location's import path
         return explain(self._node)
 
     def __repr__(self) -> str:
@@ -193,7 +195,6 @@ class StreamFrame:
 def _top_level(what: str, columns) -> None:
     """Spark resolves dedup keys and the watermark column among the top-level columns only: a
     nested field (`e.n`) is refused as the frame is built (UNRESOLVED_COLUMN_AMONG_FIELD_NAMES)."""
-    from ..errors import AnalysisException
     for c in columns:
         if isinstance(c, str) and _NESTED_FIELD.fullmatch(c):
             raise AnalysisException(
@@ -207,7 +208,6 @@ def _generator_filter(node: n.Node, exprs: tuple) -> n.Node:
     forms) and pushes it below the watermark like any filter (rows without elements never move
     the watermark) and its IS NOT NULL into a JSON / CSV scan (num_input_rows excludes NULL
     arrays). The same filter, as a node before the select."""
-    from ..plan.spark_sql import generator_of
     for e in exprs:
         gen = generator_of(str(e))
         if gen is not None and not gen[0].endswith("_outer"):
@@ -243,7 +243,7 @@ _NESTED_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+
 class GroupedFrame:
     def __init__(self, frame: StreamFrame, keys: tuple[Any, ...]):
         for k in keys:
-            if not isinstance(k, (str, WindowSpec, SessionWindowSpec, udf.Column)):
+            if not isinstance(k, (str, WindowSpec, SessionWindowSpec, Column)):
                 raise TypeError(f"group_by key {k!r}: use a column name, F.window(...), F.session_window(...) or "
                                 "a UDF call")
         self._frame, self._keys = frame, keys
@@ -275,8 +275,8 @@ class GroupedFrame:
                 name = f"window_time({window_time_source(k.column)})"
                 child = n.WithColumn(child, name, k.column)
                 k = dataclasses.replace(k, column=name)
-            if isinstance(k, udf.Column):   # a UDF key: computed into a column named like Spark's
-                child, k = udf.with_column(child, udf.key_name(k), k), udf.key_name(k)
+            if isinstance(k, Column):   # a UDF key: computed into a column named like Spark's
+                child, k = udf_rewrite.with_column(child, udf_rewrite.key_name(k), k), udf_rewrite.key_name(k)
             keys.append(k)
         return StreamFrame(n.Aggregate(child, tuple(keys), tuple(aggs)))
 

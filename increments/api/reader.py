@@ -14,6 +14,10 @@ from .. import storage
 from ..execution.batch_sizing import mark_auto
 from ..options import source_options
 from ..plan import nodes as n
+from ..sources.delta import DeltaSource
+from ..sources.delta_changes import DeltaChangeFeedSource
+from ..sources.files import FileSource
+from ..sources.memory import MemorySource
 from .frame import StreamFrame
 from .static import StaticTable, as_static_node  # noqa: F401  (as_static_node: re-exported)
 
@@ -48,7 +52,6 @@ def _auto(source: Any, unit: str, attribute: str) -> Any:
 class DataStreamReader:
     def files(self, path: str, format: str = "json", schema: Any = None, max_files_per_trigger: int | None = None,
               storage_options: dict[str, Any] | None = None, **options: Any) -> StreamFrame:
-        from ..sources.files import FileSource
         options = source_options("files", {**options, **_given(max_files_per_trigger=max_files_per_trigger,
                                                                 storage_options=storage_options)},
                                  f"read_stream.files({storage.redact_url(os.fspath(path))!r})")
@@ -71,7 +74,7 @@ class DataStreamReader:
     def kafka(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
               starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
               fail_on_data_loss: bool = True, **client_config: Any) -> StreamFrame:
-        from ..sources.kafka import KafkaSource
+        from ..sources.kafka import KafkaSource  # noqa: PLC0415 - increments.sources.kafka (numpy, pyarrow): kept off the code location's import path
         given = source_options("kafka", {**client_config, **_given(
             starting_offsets=starting_offsets, max_offsets_per_trigger=max_offsets_per_trigger,
             fail_on_data_loss=fail_on_data_loss)}, f"read_stream.kafka(topic={topic or topics!r})")
@@ -99,14 +102,12 @@ class DataStreamReader:
         storage_options = options.pop("storage_options", None)
         auto = _is_auto(max_files_per_trigger)
         if read_change_feed:
-            from ..sources.delta_changes import DeltaChangeFeedSource
             src = DeltaChangeFeedSource(path, starting_version, None if auto else max_files_per_trigger,
                                         storage_options=storage_options, **options)
         else:
             if starting_version is not None:
                 raise ValueError("read_stream.delta: starting_version needs read_change_feed=True (the append "
                                  "stream starts with the table's first version)")
-            from ..sources.delta import DeltaSource
             src = DeltaSource(path, max_files_per_trigger=None if auto else max_files_per_trigger,
                               storage_options=storage_options, **options)
         return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
@@ -114,7 +115,7 @@ class DataStreamReader:
     def iceberg(self, table: str, catalog: dict[str, Any] | None = None, max_files_per_trigger: int | None = None,
                 **options: Any) -> StreamFrame:
         """The rows appended to an Iceberg table, snapshot by snapshot (sources/iceberg.py)."""
-        from ..sources.iceberg import IcebergSource
+        from ..sources.iceberg import IcebergSource  # noqa: PLC0415 - increments.sources.iceberg (numpy, pandas, pyarrow, pyiceberg): kept off the code location's import path
         options = source_options("iceberg", {**options, **_given(max_files_per_trigger=max_files_per_trigger)},
                                  f"read_stream.iceberg({table!r})")
         max_files_per_trigger = options.pop("max_files_per_trigger", None)
@@ -123,7 +124,6 @@ class DataStreamReader:
         return StreamFrame(n.SourceNode(_auto(src, "files", "max_files") if auto else src))
 
     def memory(self, schema: Any, name: str | None = None) -> "_MemoryFrame":
-        from ..sources.memory import MemorySource
         src = MemorySource(schema, name)
         f = _MemoryFrame(n.SourceNode(src))
         f._source = src
@@ -139,12 +139,12 @@ class DataFrameReader:
         opts = dict(storage_options or {}) or None
 
         def load():     # not DeltaTable.to_pyarrow_table(): it can abort the process at exit (sinks/delta.py)
-            from ..sinks.delta import read_table
+            from ..sinks.delta import read_table  # noqa: PLC0415 - increments.sinks.delta (deltalake, numpy, pyarrow): kept off the code location's import path
             return read_table(path, opts)
 
         def schema():
-            import pyarrow as pa
-            from deltalake import DeltaTable
+            import pyarrow as pa  # noqa: PLC0415 - pyarrow: kept off the code location's import path
+            from deltalake import DeltaTable  # noqa: PLC0415 - deltalake: kept off the code location's import path
             return pa.schema(DeltaTable(path, storage_options=opts).schema().to_arrow())
         return StaticTable(f"delta[{storage.redact_url(path)}]", load, schema)
 
@@ -152,13 +152,13 @@ class DataFrameReader:
                 storage_options: dict[str, Any] | None = None) -> StaticTable:
         """The Iceberg table `table` ("namespace.table") of `catalog`, re-read at its current
         snapshot every batch (the snapshot id is the static side's version)."""
-        from ..sources.iceberg import load_table, static_rows
+        from ..sources.iceberg import load_table, static_rows  # noqa: PLC0415 - increments.sources.iceberg (numpy, pandas, pyarrow, pyiceberg): kept off the code location's import path
 
         def load():
             return static_rows(load_table(table, catalog, storage_options, f"read.iceberg({table!r})"))
 
         def schema():
-            from ..sinks.iceberg_table import arrow_schema
+            from ..sinks.iceberg_table import arrow_schema  # noqa: PLC0415 - increments.sinks.iceberg_table (numpy, pyarrow): kept off the code location's import path
             return arrow_schema(load_table(table, catalog, storage_options, f"read.iceberg({table!r})"))
         return StaticTable(f"iceberg[{table}]", load, schema)
 
@@ -167,16 +167,15 @@ class DataFrameReader:
         """The files at `path`, re-read every batch: a single file, a directory's files (no
         recursion) or a glob's matching files, in name order (names with a segment starting with
         '.' or '_' are ignored). A path that does not exist fails the load, naming it."""
-        from ..sources.files import FileSource
         src = FileSource(path, format, schema, storage_options=storage_options, **options)
 
         def load():
-            import pyarrow as pa
+            import pyarrow as pa  # noqa: PLC0415 - pyarrow: kept off the code location's import path
             tables = [src.decode_at(loc, name) for loc, name in src.static_files()]
             return pa.concat_tables(tables) if tables else src.schema().empty_table()
         return StaticTable(f"files[{storage.redact_url(src.path)}]", load, src.schema)
 
     def parquet_sink(self, path: str, storage_options: dict[str, Any] | None = None) -> pa.Table:
         """Every published batch of a format('parquet') sink at `path` (local or URL)."""
-        from ..sinks.parquet import read_parquet_sink
+        from ..sinks.parquet import read_parquet_sink  # noqa: PLC0415 - increments.sinks.parquet (numpy, pyarrow): kept off the code location's import path
         return read_parquet_sink(path, storage_options)

@@ -18,10 +18,11 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import streams
 from ..errors import AnalysisException
+from ..execution.listeners import streams
 from ..execution.settings import WriterSettings
 from ..identifiers import check_query_name
+from ..operators.apply_changes_spec import ApplyChangesSpec
 from ..triggers import Trigger
 
 if TYPE_CHECKING:       # the engine (DuckDB, pyarrow) loads when a query is built or started, not with the writer
@@ -102,7 +103,6 @@ class DataStreamWriter:
         with __start_at / __end_at. Also: columns, track_history_columns,
         track_history_except_columns, tombstone_retention ("2 days"); Databricks' *_column_list
         names are accepted. Semantics: operators/apply_changes.py."""
-        from ..operators.apply_changes_spec import ApplyChangesSpec
         w = self._copy()
         w._s.apply_changes = ApplyChangesSpec.make(keys, sequence_by, apply_as_deletes, except_columns,
                                                    stored_as_scd_type, **options)
@@ -132,7 +132,7 @@ class DataStreamWriter:
 
     def build(self, path: str | None = None, staging: str = "memory"):
         """Compile and open the query without running it (the Dagster definitions use this)."""
-        from ..execution.runtime import build_runtime
+        from ..execution.runtime import build_runtime  # noqa: PLC0415 - increments.execution.runtime (deltalake, duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
         s = copy.copy(self._s)
         if path is not None:
             s.path = path
@@ -145,6 +145,6 @@ class DataStreamWriter:
         name = self._s.query_name
         if name and any(q.name == name and q.is_active for q in streams.active.values()):
             raise AnalysisException(f"a query named {name!r} is already active in this process; stop it first")
-        from ..execution.query import StreamingQuery
+        from ..execution.query import StreamingQuery  # noqa: PLC0415 - increments.execution.query (deltalake, duckdb, numpy, pyarrow, sqlalchemy): kept off the code location's import path
         rt = self.build(path)
         return StreamingQuery(rt, self._s.trigger).start()

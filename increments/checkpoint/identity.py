@@ -32,12 +32,12 @@ from typing import Any, Callable
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import IncompatibleCheckpointError
+from ..errors import CheckpointAccessError, IncompatibleCheckpointError, IncrementsError
 from ..redaction import logger as redacting_logger
 from ..storage import Location
 from .log import BatchLog, resolve_log_url
+from .metadata import CheckpointMetadata, _read_conf, _read_json_file, check_conf, create_metadata, read_metadata
 from .sql_log import sqlite_failure
-from .metadata import CheckpointMetadata, _read_conf, _read_json_file, create_metadata, read_metadata
 
 logger = redacting_logger("increments.checkpoint")
 _METADATA = sa.MetaData()
@@ -199,7 +199,6 @@ def open_checkpoint(loc: Location, name: str | None, conf: dict[str, Any], log_u
                     sink_agrees: Callable[[str], bool | None] = lambda qid: None) -> tuple[CheckpointMetadata, BatchLog]:
     """The checkpoint's metadata and its log, after the checks of the module doc (_open); a
     checkpoint that cannot be read or written fails naming it (CheckpointAccessError)."""
-    from ..errors import CheckpointAccessError, IncrementsError
     try:
         return _open(loc, name, conf, log_url, sink_agrees)
     except IncrementsError:
@@ -216,7 +215,7 @@ def open_checkpoint(loc: Location, name: str | None, conf: dict[str, Any], log_u
                 errno.ENOSPC, f"query {name!r}: the checkpoint location {loc.url} cannot be written: the disk is full "
                               f"(ENOSPC: {what}). Free space on that disk, or start the query on a checkpoint "
                               "location on another disk.") from e
-        from ..storage.remote import no_such_bucket
+        from ..storage.remote import no_such_bucket  # noqa: PLC0415 - one branch: obstore (increments.storage.remote) only for an object-store checkpoint
         missing = no_such_bucket(str(e))
         if missing:          # the checkpoint's bucket or the sink's (its table is looked up here too)
             raise CheckpointAccessError(f"query {name!r}: {missing}") from e
@@ -283,7 +282,6 @@ def _restore_conf(loc: Location, who: str, ident: dict[str, Any] | None, log: Ba
     """conf.json is missing: put back the copy the log's identity row keeps (CheckpointMetadata.open
     then compares this start's conf with it); without one, compare the partitions and provider the
     last offsets entry recorded."""
-    from .metadata import check_conf
     if ident is not None and ident.get("conf"):
         if log.latest_offsets() is not None:
             logger.warning("query %r: %s was missing; restored from the log", who, loc.join("conf.json"))

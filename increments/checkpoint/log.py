@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import ConcurrentRunError
+from ..errors import AnalysisException, ConcurrentRunError
 from ..pg_driver import psycopg_url
+from ..storage import location
 from .sql_log import CommitLog, EntryExists, LogConnection, OffsetLog
 
 _ENGINES: dict[str, sa.Engine] = {}
@@ -29,11 +32,9 @@ def resolve_log_url(log_url: str | None, checkpoint: Any) -> str:
     """The log's SQLAlchemy URL for a checkpoint (a Location or a path); see the module doc.
 
     Raises AnalysisException for a remote checkpoint without a PostgreSQL log."""
-    from ..storage import location
     loc = location(checkpoint)
     url = log_url or os.environ.get("INCREMENTS_LOG_URL")
     if not loc.is_local and (not url or url.lower().startswith("sqlite")):
-        from ..errors import AnalysisException
         got = "an sqlite log URL" if url else "no log_url option and no INCREMENTS_LOG_URL"
         raise AnalysisException(
             f"the checkpoint {loc.url} is on an object store, and {got} was given: the offsets/commits log "
@@ -75,8 +76,6 @@ def _wal_mode(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
     Switching takes an exclusive lock and SQLite answers "database is locked" at once, without its
     busy timeout, when another process (a second runner starting at the same moment) holds one:
     retry for as long as the busy timeout would have waited."""
-    import sqlite3
-    import time
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import IncompatibleCheckpointError
-from ..storage import Location
+from ..storage import Location, location as make_location
 
 
 def _durable_temp(directory: str, body: Any) -> str:
@@ -60,7 +60,6 @@ class CheckpointMetadata:
         Keys of the fixed conf whose value differs raise IncompatibleCheckpointError naming both
         values; keys the checkpoint does not know yet (added by a newer release) are recorded.
         """
-        from ..storage import location as make_location
         loc = make_location(location)
         meta = create_metadata(loc, name)
         conf = json.loads(json.dumps(conf))  # compare as stored (tuples -> lists)
@@ -167,7 +166,6 @@ def _read_conf(loc: Location) -> dict[str, Any]:
 
 def read_metadata(location: Location | str) -> dict[str, Any] | None:
     """The checkpoint's metadata.json (id, name, created_at_ms), or None when there is none."""
-    from ..storage import location as make_location
     loc = make_location(location)
     try:
         meta = _read_json_file(loc, "metadata.json", "the query id")

@@ -17,14 +17,18 @@ to four round trips per statement; the table definitions stay SQLAlchemy's (DDL,
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sqlite3
 import threading
 import time
 import weakref
 from typing import Any, Callable
 
 import sqlalchemy as sa
+
+from ..errors import CheckpointAccessError
 
 _METADATA = sa.MetaData()
 _COLUMNS = ("query_id", "batch_id", "entry_version", "body", "owner", "attempt", "created_at")
@@ -60,10 +64,6 @@ def sqlite_failure(url: Any, e: BaseException) -> Exception | None:
     """An SQLite log's I/O failure (a full disk, an unreadable file) as a CheckpointAccessError
     naming the file, the free space of its filesystem and ENOSPC when the disk is full; None for
     any other error (raise that as it is)."""
-    import errno
-    import sqlite3
-
-    from ..errors import CheckpointAccessError
     orig = getattr(e, "orig", None) or e
     u = sa.engine.make_url(url) if not isinstance(url, sa.engine.URL) else url
     if not isinstance(orig, sqlite3.OperationalError) or u.get_backend_name() != "sqlite" or not u.database:

@@ -50,6 +50,11 @@ class StreamingQueryManager:
         return self.active.get(query_id)
 
 
+#: `inc.streams` (increments/__init__.py re-exports it): the one manager of this process; the
+#: engine (execution/query.py, api/writer.py) imports it from here, not from the package root
+streams = StreamingQueryManager()
+
+
 def notify(rt: Any, event: str, *args: Any) -> None:
     with _LOCK:
         targets = list(_GLOBAL) + list(rt.listeners)

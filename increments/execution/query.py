@@ -11,13 +11,13 @@ import time
 from collections import deque
 from typing import Any
 
-from .. import streams
 from ..errors import IncrementsError, StreamingQueryException
 from ..operators.stateless import ScanOp, WatermarkOp
 from ..redaction import logger as redacting_logger
 from ..storage import redact
 from ..triggers import Trigger
 from . import steps
+from .listeners import streams
 from .runtime import QueryRuntime
 
 log = redacting_logger("increments.query")

@@ -5,21 +5,27 @@ ops both build one (Dagster once per op process) and call the same five step fun
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import storage
 from ..checkpoint.identity import open_checkpoint
-from ..checkpoint.log import BatchLog
+from ..checkpoint.log import BatchLog, resolve_log_url
 from ..checkpoint.metadata import CheckpointMetadata
 from ..errors import AnalysisException
 from ..options import Options, writer_options
+from ..plan import nodes as n
 from ..plan.compiler import CompiledPlan, Compiler
 from ..redaction import logger as redacting_logger
 from ..sinks.base import Sink, SinkContext
 from ..triggers import Trigger
+from .listeners import notify
 from .settings import WriterSettings  # noqa: F401  (defined there: the writer API imports it without the engine)
+from .sink_factory import make_sink
 from .staging import DiskStaging, MemoryStaging
 from .state_manager import StateManager
 
@@ -74,7 +80,6 @@ class QueryRuntime:
         return s
 
     def emit(self, event: str, *args: Any) -> None:
-        from .listeners import notify
         notify(self, event, *args)
 
     def close(self) -> None:
@@ -95,15 +100,12 @@ def build_runtime(frame: StreamFrame, settings: WriterSettings, staging: str = "
     Fails before any batch runs when the plan is not streamable or the checkpoint's fixed conf
     (state provider, partitions, stateful operators' state schemas) differs from this start's.
     """
-    from .. import storage
-    from ..checkpoint.log import resolve_log_url
     opts = writer_options(settings)      # unknown keys and wrong types refused before anything is opened
     storage_options = dict(opts["storage_options"] or {})
     storage.remember_secrets(storage_options)
     checkpoint_url = settings.checkpoint or opts["checkpoint_location"]
     if not checkpoint_url:
         if settings.format in ("memory", "console"):
-            import tempfile
             checkpoint_url = tempfile.mkdtemp(prefix="increments-chk-")
         else:
             raise AnalysisException("checkpoint_location(path) is required for this sink: the checkpoint holds the "
@@ -174,13 +176,11 @@ def start_conf(frame: StreamFrame, settings: WriterSettings,
                storage_options: dict[str, Any] | None = None) -> tuple[CompiledPlan, Sink, dict[str, Any]]:
     """The compiled plan, the (unopened) sink and the conf a start fixes in, or compares with, the
     checkpoint; nothing is read from or written to the checkpoint (`increments check` uses this)."""
-    from .sink_factory import make_sink
     opts = writer_options(settings)
     # the sources get the query's storage_options before the plan is compiled: compiling asks a
     # Delta source (or a Parquet file source without a schema) for its schema, on the store
     node = frame.node
     if settings.apply_changes is not None:     # AUTO CDC: the sequencing operator at the root
-        from ..plan import nodes as n
         if settings.output_mode != "append":
             raise AnalysisException(f"apply_changes: output_mode {settings.output_mode!r}; the changes it applies are "
                                     "the rows the query appends (use the default, append)")
@@ -231,9 +231,6 @@ def _with_own_sources(node: Node, storage_options: dict[str, Any] | None = None)
     """The logical plan with every source replaced by its for_query() copy: queries started from
     one frame (one source, two sinks, as in Spark) must not share a checkpoint attachment. Each
     copy holds the query-level `storage_options` already (Source.open sets them again)."""
-    import dataclasses
-
-    from ..plan import nodes as n
     if isinstance(node, n.SourceNode):
         src = node.source.for_query()
         src.query_storage_options = dict(storage_options or {})

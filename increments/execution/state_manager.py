@@ -41,7 +41,7 @@ class StateManager:
     @property
     def provider(self):
         if self._provider is None:
-            from state import make_provider
+            from state import make_provider  # noqa: PLC0415 - one branch: the providers load rocksdict, only a stateful query opens state
             self._provider = make_provider(self.provider_name, self.checkpoint, local_dir=self.local_dir,
                                            changelog_checkpointing=self.changelog)
         return self._provider

@@ -38,7 +38,10 @@ from ..errors import ConcurrentRunError
 from ..operators.base import BatchContext
 from ..operators.expectations import declared
 from ..redaction import logger as redacting_logger
-from ..watermark import next_watermarks
+from ..sql import run_sql
+from ..watermark import format_ts_ms, next_watermarks
+from .batch_sizing import plan_sizes
+from .progress import build_progress
 from .runtime import QueryRuntime
 from .lineage import source_lineage
 from .step_results import ProcessResult, ReadResult, SourceRead, WriteResult
@@ -79,7 +82,6 @@ def plan_batch(rt: QueryRuntime, *, limited: bool = True) -> BatchPlan | None:
     watermark = last_commit.next_watermark_ms if last_commit else 0
     late = last_off.watermark_ms if last_off else 0
     input_wms = dict(last_commit.next_input_watermarks_ms) if last_commit else {}
-    from .batch_sizing import plan_sizes
     sizes = plan_sizes(rt, last_off, last_commit)       # "auto" sources: recorded in offsets[N]
     end = {str(i): s.latest_offset(start[str(i)], limited) for i, s in enumerate(rt.sources)}
     latest_ms = _ms(t0)
@@ -146,7 +148,6 @@ def _next_timers(rt: QueryRuntime, batch_id: int) -> dict[str, int | None]:
 def check_owner(rt: QueryRuntime, batch_id: int, step: str) -> None:
     """The fence: ConcurrentRunError unless this runner (rt.run_id) still owns offsets[N]. (Another
     runner can only have committed N after claiming it, which makes it the owner.)"""
-    from ..errors import ConcurrentRunError
     owned = rt.log.offsets.owner(batch_id)
     if owned is None or owned[0] != rt.run_id:
         owner = f"run {owned[0]} (attempt {owned[1]})" if owned else "nobody"
@@ -173,7 +174,6 @@ def load_plan(rt: QueryRuntime, batch_id: int) -> BatchPlan:
     (rt.run_id) owns offsets[N]: a stale or duplicate runner can never re-apply a batch. Runners that
     split the steps over processes stage the plan's durations as JSON "plan" (read back here).
     """
-    from ..errors import ConcurrentRunError
     entry = rt.log.get_offsets(batch_id)
     where = rt.where(batch_id)
     if entry is None:
@@ -216,7 +216,6 @@ def _scan_rows(rt: QueryRuntime, index: int, table: pa.Table) -> int:
     conjuncts = rt.plan.scan_filters.get(index)
     if not conjuncts or not table.num_rows:
         return table.num_rows
-    from ..sql import run_sql
     where = " AND ".join(conjuncts)
     return run_sql(f"SELECT count(*) AS n FROM __scan WHERE {where}", {"__scan": table}).column(0)[0].as_py()
 
@@ -296,7 +295,6 @@ def commit_batch(rt: QueryRuntime, plan: BatchPlan) -> tuple[CommitEntry, dict[s
 
     The step results are read back from staging (they may come from other processes); one that
     is missing counts as empty (step_results module doc: why), and the fenced insert decides."""
-    from .progress import build_progress
     t0 = time.perf_counter()
     e = plan.entry
     read = ReadResult.load(rt.staging, e.batch_id) or ReadResult()
@@ -336,7 +334,6 @@ FUTURE_SLACK_MS = 24 * 3600 * 1000
 def event_time_anomalies(rt: QueryRuntime, e: OffsetsEntry, stats: dict[str, Any], next_wm: int) -> list[str]:
     """Warn (in progress and the log) when event times run more than a day ahead of the batch's
     processing time: such rows push the watermark forward and evict state that is still live."""
-    from ..watermark import format_ts_ms
     out = []
     for wid, st in stats.items():
         mx = st.get("max_ms")

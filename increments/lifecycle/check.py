@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import pyarrow as pa
 from .. import storage
 from ..checkpoint.metadata import _read_conf, read_metadata, upgraded_conf
 from ..errors import IncrementsError
@@ -135,7 +138,6 @@ def _sink_schema(sink: Any, plan: Any, mode: str, opts: dict[str, Any]) -> list[
     """A changed projection must still fit the sink: a Delta table's schema (complete mode replaces it)."""
     if type(sink).__name__ != "DeltaSink" or mode == "complete":
         return []
-    import pyarrow as pa
 
     dt = open_table(sink.path, {**opts, **sink.own_storage_options} or None)
     if dt is None:
@@ -149,7 +151,6 @@ def _sink_schema(sink: Any, plan: Any, mode: str, opts: dict[str, Any]) -> list[
 
 
 def _as_stored(conf: dict[str, Any]) -> dict[str, Any]:
-    import json
     return json.loads(json.dumps(conf))
 
 

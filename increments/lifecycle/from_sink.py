@@ -39,7 +39,8 @@ How (exactly-once): the new checkpoint's source directory (sources/0/: the file 
 entries, Kafka's initial.json and topic ids) starts as a copy of the old checkpoint's, and the
 backfill source (SinkBackfillSource) uses the old query's own source offsets: each backfill batch
 reads the table rows of one old batch k (the files its Delta commit added, found by the app
-transaction (old query id, k)) and records old batch k's start and end offsets. Old batches with no
+transaction (old query id, k)) and records old batch k's start and end offsets
+(lifecycle/from_sink_source.py). Old batches with no
 new data are skipped. All of this is fixed when migrate starts (the old log's last committed batch
 L); an old query still running is followed afterwards by the source drains (migrate.py). So after the backfill the new checkpoint's log ends at exactly the offsets the old query
 had committed (Kafka: per-partition offsets; files: the seen-files entry of the last files it read;
@@ -59,6 +60,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .. import storage
 from ..checkpoint.log import open_log
@@ -66,15 +68,14 @@ from ..checkpoint.metadata import _read_conf, read_metadata
 from ..errors import AnalysisException, DataLossError
 from ..execution.runtime import start_conf
 from ..options import writer_options
-from ..plan import nodes as n
 from ..sinks.delta import open_table
-from ..sources.base import Source
 
 #: the rows check reads the source again for at most this many of the old query's last batches with data
 SINK_CHECK_BATCHES = 3
 
 
-def _key(offset: Any) -> str:
+def offset_key(offset: Any) -> str:
+    """An offset as one comparable text (JSON, keys sorted)."""
     return json.dumps(offset, sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -107,15 +108,15 @@ class SinkBackfill:
     source_schema: pa.Schema
     old_checkpoint: Any             # Location
     positions: list[Any] = dataclasses.field(default_factory=list)     # offsets: initial, then distinct ends
-    at: dict[str, int] = dataclasses.field(default_factory=dict)        # _key(offset) -> position
+    at: dict[str, int] = dataclasses.field(default_factory=dict)        # offset_key(offset) -> position
     batches_at: dict[int, list[int]] = dataclasses.field(default_factory=dict)   # position -> old batch ids
     check_source: Any = None        # the changed query's real source (a for_query copy), for check_rows
 
     def __post_init__(self) -> None:
         self.positions = [self.batches[0].start]
-        self.at = {_key(self.batches[0].start): 0}
+        self.at = {offset_key(self.batches[0].start): 0}
         for b in self.batches:
-            k = _key(b.end)
+            k = offset_key(b.end)
             if k not in self.at:
                 self.at[k] = len(self.positions)
                 self.positions.append(b.end)
@@ -164,8 +165,6 @@ def refusal(query: str, table: str, why: str) -> AnalysisException:
 
 
 def _read_add(loc: Any, add: dict, opts: dict[str, Any]) -> pa.Table:
-    import pyarrow.parquet as pq
-
     rel = unquote(add["path"])
     if "://" in rel or os.path.isabs(rel):
         parent, _, name = rel.rpartition("/")
@@ -235,7 +234,7 @@ def _table_history(query: str, table: str, loc: Any, old_id: str, last: int, lat
 
 def plan_backfill(writer: Any, sink_path: str, opts: dict[str, Any], query: str) -> SinkBackfill:
     """Check the contract (module doc) and gather what the backfill reads; writes nothing."""
-    from .migrate import _sink_fingerprint
+    from .migrate import _sink_fingerprint  # noqa: PLC0415 - cycle: increments.lifecycle.migrate -> increments.lifecycle.from_sink
     s = writer.settings
     shown = storage.redact_url(sink_path)
     o = writer_options(s, required=False)
@@ -338,8 +337,8 @@ def check_rows(bf: SinkBackfill, src: Any, storage_options: dict[str, Any]) -> t
                 if only_src == 0:
                     what = "the table's rows differ from the source's in the columns the changed query reads " \
                            "(the old query transformed them)"
-                raise bf.refuse(f"rows check: the old query's batch {b.batch_id} (offsets {_key(b.start)} -> "
-                                f"{_key(b.end)}, table version {bf.versions.get(b.batch_id)}): {what}; a backfill "
+                raise bf.refuse(f"rows check: the old query's batch {b.batch_id} (offsets {offset_key(b.start)} -> "
+                                f"{offset_key(b.end)}, table version {bf.versions.get(b.batch_id)}): {what}; a backfill "
                                 "from the table would lose or alter the changed query's input")
             checked += 1
             rows += len(source_rows)
@@ -356,96 +355,3 @@ def check_rows(bf: SinkBackfill, src: Any, storage_options: dict[str, Any]) -> t
 def _rows(t: pa.Table, columns: list[str]) -> list[tuple]:
     t = t.select(columns)
     return sorted((tuple(r[c] for c in columns) for r in t.to_pylist()), key=repr)
-
-
-class SinkBackfillSource(Source):
-    """The changed query's source during the backfill: the old table's rows of old batch k under
-    old batch k's offsets (module doc). Same description and schema as the real source, so the new
-    checkpoint's conf names the real source."""
-    _per_query: dict[str, Any] = {}
-
-    def __init__(self, real: Source, backfill: SinkBackfill):
-        self.real = real
-        self.backfill = backfill
-        self.format = getattr(real, "format", None)      # the same scan-filter counting as the real source
-
-    @property
-    def description(self) -> str:
-        return self.real.description
-
-    def schema(self) -> pa.Schema:
-        return self.backfill.source_schema
-
-    def open(self, checkpoint: Any, index: int, query_name: str, storage_options: dict | None = None) -> None:
-        """Attach, and seed sources/<index>/ of the new checkpoint with a copy of the old checkpoint's
-        files of this source (create-only: a resumed backfill keeps what is there)."""
-        super().open(checkpoint, index, query_name, storage_options)
-        old = self.backfill.old_checkpoint.child("sources", str(index))
-        own = self.own_files()
-        for o in old.list(""):
-            if not own.exists(o.name):
-                try:
-                    own.write_bytes(o.name, old.read_bytes(o.name), create_only=True)
-                except FileExistsError:
-                    pass
-
-    def initial_offset(self) -> Any:
-        return self.backfill.positions[0]
-
-    def _position(self, offset: Any) -> int:
-        k = self.backfill.at.get(_key(offset))
-        if k is None:
-            raise AnalysisException(self.fail(
-                f"the new checkpoint's log stands at offsets {_key(offset)}, which are not the end of any batch "
-                f"of the old query ({self.backfill.old_id}); the new checkpoint holds another query's batches: "
-                "migrate to a new, empty checkpoint"))
-        return k
-
-    def latest_offset(self, start: Any, limited: bool = True) -> Any:
-        k = self._position(start)
-        last = len(self.backfill.positions) - 1
-        if k == last:
-            return start
-        return self.backfill.positions[k + 1 if limited else last]
-
-    def has_new_data(self, start: Any, end: Any) -> bool:
-        return _key(start) != _key(end)
-
-    def read(self, start: Any, end: Any) -> pa.Table:
-        a, b = self._position(start), self._position(end)
-        ids = [i for k in range(a + 1, b + 1) for i in self.backfill.batches_at.get(k, [])]
-        return self.backfill.read_batches(ids)
-
-    def done(self, end: Any) -> bool:
-        return _key(end) == _key(self.backfill.last)
-
-
-def replace_source(node: Any, new: Source) -> Any:
-    """The logical plan with its (single) source replaced by `new`."""
-    if isinstance(node, n.SourceNode):
-        return dataclasses.replace(node, source=new)
-    changes = {f.name: replace_source(getattr(node, f.name), new) for f in dataclasses.fields(node)
-               if isinstance(getattr(node, f.name), n.Node)}
-    return dataclasses.replace(node, **changes) if changes else node
-
-
-def backfill_writer(writer: Any, bf: SinkBackfill) -> Any:
-    """The changed query's writer with its source replaced by the SinkBackfillSource."""
-    import copy
-
-    real = _find_source(writer.frame.node)
-    frame = copy.copy(writer.frame)
-    frame._node = replace_source(writer.frame.node, SinkBackfillSource(real, bf))
-    w = writer._copy()
-    w._frame = frame
-    return w
-
-
-def _find_source(node: Any) -> Source:
-    if isinstance(node, n.SourceNode):
-        return node.source
-    for f in dataclasses.fields(node):
-        child = getattr(node, f.name)
-        if isinstance(child, n.Node):
-            return _find_source(child)
-    raise AnalysisException("the query has no streaming source")

@@ -31,8 +31,12 @@ refused before anything is written to the new checkpoint or the sink.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
 import os
 from typing import Any, Callable
+
+from deltalake import write_deltalake
 
 from .. import storage
 from ..checkpoint.log import open_log
@@ -42,7 +46,8 @@ from ..execution.runtime import start_conf
 from ..options import writer_options
 from ..plan import nodes as n
 from ..sinks.delta import commit_properties, open_table, read_table
-from .from_sink import _key, backfill_writer, check_rows, plan_backfill
+from .from_sink import check_rows, offset_key, plan_backfill
+from .from_sink_source import backfill_writer
 
 
 @dataclasses.dataclass
@@ -115,7 +120,6 @@ def _behind(new: dict[str, Any] | None, old: dict[str, Any] | None) -> list[str]
 
 
 def _json(v: Any) -> str:
-    import json
     return json.dumps(v, separators=(",", ":"), default=str)
 
 
@@ -151,7 +155,7 @@ def _backfill_from_sink(writer: Any, drain: Any, sink_path: str, opts: dict[str,
            f"{rounds[-1]['input_rows']} input rows")
     if on_round is not None:
         on_round(rounds[-1])
-    if end is None or _key(end) != _key(bf.last):
+    if end is None or offset_key(end) != offset_key(bf.last):
         raise AnalysisException(f"increments migrate --backfill-from-sink: query {name!r}: after the backfill from "
                                 f"{bf.table} the new checkpoint {new_loc.url} stands at offsets {_json(end)}, not at "
                                 f"the old query's last committed offsets {_json(bf.last)}; nothing was switched over")
@@ -165,7 +169,6 @@ def _retire(old: Any, opts: dict[str, Any], to_url: str, sink_path: str) -> None
         return
     loc = storage.location(old, opts)
     if loc.exists("metadata.json"):
-        import datetime as dt
         loc.write_json("retired.json", {"to": to_url, "sink": storage.redact_url(sink_path),
                                         "at": dt.datetime.now(dt.timezone.utc).isoformat()})
 
@@ -253,7 +256,6 @@ def migrate(writer: Any, to_checkpoint: str, path: str | None = None, backfill: 
     log = open_log(o["log_url"], new_loc, meta["id"], s.query_name or meta["id"])
     last = log.latest_commit()
     last_id = last.batch_id if last is not None else None
-    from deltalake import write_deltalake
     if (_read_conf(new_loc).get("plan") or {}).get("sink") != _sink_fingerprint(drain, staging_table, opts):
         raise AnalysisException(f"increments migrate: the checkpoint {new_loc.url} was switched over to the sink "
                                 "already (or belongs to another query); run the changed query on it")

@@ -33,8 +33,7 @@ from state.columnar_values import decode_values, encode_values
 
 from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec
-from ..plan import nodes as n
-from ..plan import validate
+from ..plan import nodes as n, validate
 from ..plan.windows import window_over_windows
 from ..sql import quote_ident, run_sql
 from ..types import state_type_name
@@ -44,6 +43,7 @@ from .key_codec import decode_rows, time_bound, to_arrays, us_to_ts, window_stru
 from .partitioning import partition_ids, partition_sql, split_by_partition
 from .session_window import build_session_window
 from .state_util import write_schema_once
+from .stateless import SqlOp
 
 
 def _may_overflow(col: Any) -> bool:
@@ -412,7 +412,6 @@ def normalize_map_keys(child: PhysicalOp, keys: list[str]) -> PhysicalOp:
     maps = [k for k in keys if k in child.schema.names and pa.types.is_map(child.schema.field(k).type)]
     if not maps:
         return child
-    from .stateless import SqlOp
     repl = ", ".join(f"map_from_entries(list_sort(map_entries({quote_ident(k)}))) AS {quote_ident(k)}" for k in maps)
     op = SqlOp(child, [lambda rel: f"SELECT * REPLACE ({repl}) FROM {rel} AS __in"], child.schema,
                [f"SortMapKeys[{', '.join(maps)}]"])

@@ -121,7 +121,7 @@ class PhysicalOp:
     late_targets: dict = {}
     #: the name `frame.alias(name)` gave this operator's output (set by Compiler.build on the
     #: aliased node's operator, kept by the filter/with_column stages above it): `name.column`
-    #: references to its columns resolve to them (plan/compiler.py, operators/join_condition.py)
+    #: references to its columns resolve to them (plan/compiler.py, operators/join_outputs.py)
     alias: str | None = None
     #: qualified references this operator's output resolves: {qualifier: {column: output column}},
     #: set by a join (its sides' aliases) and kept by the filter/with_column stages above it;

@@ -33,7 +33,8 @@ from ..plan import nodes as n
 from ..sinks import quarantine as q
 from ..sql import is_division_by_zero, run_sql, run_sql_ansi
 from .base import BatchContext, PhysicalOp
-from .join_condition import qualify_sql
+from .join_outputs import qualify_sql
+from .stateless import divide_by_zero_error
 
 VIOLATIONS = ("warn", "drop", "fail")
 SAMPLE_ROWS = 5
@@ -76,7 +77,6 @@ class ExpectOp(PhysicalOp):
             flags = run_sql_ansi(self._flags_sql, {"__in": table})
         except Exception as err:  # duckdb: a conversion error in a condition
             if is_division_by_zero(err):
-                from .stateless import divide_by_zero_error
                 raise divide_by_zero_error(ctx, self._dividing(table, err), err) from err
             raise RuntimeError(ctx.where(f"{self.describe()} failed: {err}")) from err
         oks = [np.asarray(flags.column(i).combine_chunks().to_numpy(zero_copy_only=False), dtype=bool)

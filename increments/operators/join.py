@@ -1,9 +1,5 @@
-"""Joins: stream-static (stateless) and stream-stream (symmetric hash join over the state store).
-
-Stream-static (the right side is inc.read.delta / inc.read.files / a pyarrow Table): inner, left
-outer (stream side preserved) and left semi. Each batch joins its rows against the static side as
-read for that batch (a Delta table at its latest version), in one DuckDB query. No state, no
-trailing batch (SEMANTICS.md rule 2).
+"""Joins: the builder of both kinds, and the stream-stream join (symmetric hash join over the state
+store). The stream-static join (stateless) is join_static.py.
 
 Stream-stream (both sides streaming): inner, left/right/full outer, left semi. Per batch b, as
 observed on Apache Spark 4.3.0 (tests/operators/test_join_spark_parity.py compares 53 scenarios
@@ -54,7 +50,9 @@ from ..redaction import logger as redacting_logger
 from ..sql import quote_ident, run_sql
 from . import join_state as js
 from .base import BatchContext, PhysicalOp
-from .join_condition import JoinSpec, Side, analyse, event_time_us_sql, select_list
+from .join_condition import JoinSpec, Side, analyse, event_time_us_sql
+from .join_outputs import select_list
+from .join_static import StreamStaticJoinOp
 
 log = redacting_logger("increments.join")
 OUTER_LEFT = ("left_outer", "full_outer")
@@ -75,37 +73,6 @@ def build_join(compiler, node: n.Join) -> PhysicalOp:
         compiler.warnings.append(op.unbounded_reason)
         log.warning("%s", op.unbounded_reason)
     return op
-
-
-def _with_qualifiers(op: PhysicalOp, spec: JoinSpec) -> None:
-    op.qualifiers = spec.qualifiers  # used by compiler._sql
-
-
-class StreamStaticJoinOp(PhysicalOp):
-    """Stateless: every batch's stream rows joined with the static side read for that batch."""
-
-    def __init__(self, stream: PhysicalOp, static: PhysicalOp, spec: JoinSpec, how: str):
-        self.spec, self.how = spec, how
-        kind = {"inner": "JOIN", "left_outer": "LEFT JOIN", "left_semi": "SEMI JOIN"}[how]
-        la, ra = quote_ident(spec.left_alias), quote_ident(spec.right_alias)
-        self.sql = f"SELECT {select_list(spec.out_exprs)} FROM __s AS {la} {kind} __t AS {ra} ON ({spec.condition})"
-        try:
-            schema = run_sql(self.sql, {"__s": stream.schema.empty_table(), "__t": static.schema.empty_table()}).schema
-        except Exception as e:
-            raise AnalysisException(f"join condition {spec.condition!r}: {e}") from e
-        super().__init__([stream, static], schema)
-        _with_qualifiers(self, spec)
-
-    def execute(self, ctx: BatchContext) -> pa.Table:
-        stream = self.children[0].execute(ctx)
-        static = self.children[1].execute(ctx)
-        try:
-            return run_sql(self.sql, {"__s": stream, "__t": static}).cast(self.schema)
-        except Exception as e:
-            raise RuntimeError(ctx.where(f"{self.describe()} failed: {e}")) from e
-
-    def describe(self) -> str:
-        return f"StreamStaticJoin[{self.how}, {self.spec.condition}]"
 
 
 class StreamStreamJoinOp(PhysicalOp):
@@ -138,7 +105,7 @@ class StreamStreamJoinOp(PhysicalOp):
                               f"(SELECT * FROM __ar LIMIT 0) AS {ra} ON false")
         self.null_right_sql = (f"SELECT {select_list(outs)} FROM (SELECT * FROM __al LIMIT 0) AS {la} "
                                f"RIGHT JOIN __nr AS {ra} ON false")
-        empty = {"__al": _annotate(ls.schema.empty_table(), 0, [], 0), "__ar": _annotate(rs.schema.empty_table(), 0, [], 0)}
+        empty = {"__al": js.annotate(ls.schema.empty_table(), 0, [], 0), "__ar": js.annotate(rs.schema.empty_table(), 0, [], 0)}
         try:
             if how == "left_semi":
                 schema = run_sql(self.semi_sql, {**empty, "__pairs": run_sql(self.pairs_sql, empty)}).schema
@@ -148,7 +115,7 @@ class StreamStreamJoinOp(PhysicalOp):
         except Exception as e:
             raise AnalysisException(f"join condition {spec.condition!r}: {e}") from e
         super().__init__([left, right], schema)
-        _with_qualifiers(self, spec)
+        self.qualifiers = spec.qualifiers  # used by compiler._sql
         self.offsets = spec.state_offsets          # side -> (time column, offset ms)
         self.evicts_by_watermark = bool(self.offsets)
         self.unbounded_reason = self._unbounded_reason()
@@ -236,7 +203,7 @@ class StreamStreamJoinOp(PhysicalOp):
             cand[side] = (np.flatnonzero(pc.is_in(full[side].column("__k"), value_set=want[side])
                                          .to_numpy(zero_copy_only=False))
                           if len(want[side]) and full[side].num_rows else np.empty(0, dtype=np.int64))
-        keep = {side: ~_behind_mask(keys[side][2], sw_us[side]) for side in new}
+        keep = {side: ~js.behind_mask(keys[side][2], sw_us[side]) for side in new}
         tables = {side: self._all_rows(side, full[side], cand[side], new[side], keep[side]) for side in new}
         pairs = run_sql(self.pairs_sql, {"__al": tables["left"], "__ar": tables["right"]})
         matched = {}
@@ -322,8 +289,8 @@ class StreamStreamJoinOp(PhysicalOp):
     def _all_rows(self, side: str, full: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
         # only the columns the join reads: the key texts (__k) and the rest are not gathered
-        old = _take_sorted(full.select(schema.names + ["__m"]), cand)
-        return _annotate(pa.concat_tables([old.select(schema.names).cast(schema), new]), len(cand),
+        old = js.take_sorted(full.select(schema.names + ["__m"]), cand)
+        return js.annotate(pa.concat_tables([old.select(schema.names).cast(schema), new]), len(cand),
                          old.column("__m").to_numpy(zero_copy_only=False), new.num_rows, keep)
 
     def _state_watermark_us(self, side: str, ctx) -> int | None:
@@ -352,7 +319,7 @@ class StreamStreamJoinOp(PhysicalOp):
         n_st = len(cand)
         m_new = matched[n_st:]
         consider = ~m_new if semi_left else np.ones(new.num_rows, dtype=bool)
-        behind = _behind_mask(times, sw_us)
+        behind = js.behind_mask(times, sw_us)
         not_m_pres = (~m_new) if preserved else np.zeros(new.num_rows, dtype=bool)
         counted = consider & behind & ((side == "left") | not_m_pres)
         n = int(counted.sum())
@@ -400,7 +367,7 @@ class StreamStreamJoinOp(PhysicalOp):
                 by_partition(ev)
                 metrics["num_rows_removed"] += len(ev)
                 if preserved:
-                    gone = _take_sorted(full, ev)
+                    gone = js.take_sorted(full, ev)
                     m_ev = gone.column("__m").to_numpy(zero_copy_only=False) | np.isin(ev, marked, assume_unique=True)
                     out.append(gone.filter(pa.array(~m_ev)).select(schema.names).cast(schema))
         touched = np.union1d(np.union1d(removed, marked), ev).astype(np.int64)
@@ -425,36 +392,3 @@ class StreamStreamJoinOp(PhysicalOp):
                 js.rewrite_chunk(stores[p], side, skey, batch_id, rows, mirrors[p])
         return pa.concat_tables(out)
 
-
-def _take_sorted(table: pa.Table, idx: np.ndarray) -> pa.Table:
-    """table.take(idx) for ascending `idx`, record batch by record batch: O(len(idx) + batches),
-    where a take on a table of many chunks first concatenates every chunk (O(rows))."""
-    batches = table.to_batches()
-    if len(batches) <= 1:
-        return table.take(pa.array(idx, pa.int64()))
-    bounds = np.cumsum([0] + [b.num_rows for b in batches])
-    cut = np.searchsorted(idx, bounds)
-    out = [b.take(pa.array(idx[cut[i]:cut[i + 1]] - bounds[i], pa.int64()))
-           for i, b in enumerate(batches) if cut[i + 1] > cut[i]]
-    return pa.Table.from_batches(out, schema=table.schema) if out else table.schema.empty_table()
-
-
-def _behind_mask(times: pa.Array, sw_us) -> np.ndarray:
-    """Which rows (event time µs, nullable int64) are already behind their side's state watermark:
-    t <= sw_us; never when the side has no state watermark or the row no event time."""
-    if sw_us is None:
-        return np.zeros(len(times), dtype=bool)
-    return pc.fill_null(pc.less_equal(times, pa.scalar(int(sw_us), pa.int64())), False).to_numpy(zero_copy_only=False)
-
-
-def _annotate(table: pa.Table, n_stored: int, stored_matched, n_new: int, keep=None) -> pa.Table:
-    """Add __rid (row number), __new, __m (matched before this batch) and __keep (a new row not
-    already behind the state watermark) to a side's rows."""
-    total = n_stored + n_new
-    keep = np.asarray(keep, dtype=bool) if keep is not None else np.ones(n_new, dtype=bool)
-    isnew = np.concatenate([np.zeros(n_stored, dtype=bool), np.ones(n_new, dtype=bool)])
-    m = np.concatenate([np.asarray(stored_matched, dtype=bool), np.zeros(n_new, dtype=bool)])
-    return (table.append_column("__rid", pa.array(np.arange(total, dtype=np.int64)))
-            .append_column("__new", pa.array(isnew, pa.bool_()))
-            .append_column("__m", pa.array(m, pa.bool_()))
-            .append_column("__keep", pa.array(np.concatenate([np.ones(n_stored, dtype=bool), keep]), pa.bool_())))

@@ -117,3 +117,38 @@ def rewrite_chunk(store, side: str, skey: bytes, batch_id: int, rows: pa.Table, 
         store.put(new_key, _blob(rows))
         if mirror is not None:
             mirror[new_key] = (int(batch_id), rows)
+
+
+# -- the loaded rows of a side, as the join reads and updates them ----------------------------------
+def take_sorted(table: pa.Table, idx: np.ndarray) -> pa.Table:
+    """table.take(idx) for ascending `idx`, record batch by record batch: O(len(idx) + batches),
+    where a take on a table of many chunks first concatenates every chunk (O(rows))."""
+    batches = table.to_batches()
+    if len(batches) <= 1:
+        return table.take(pa.array(idx, pa.int64()))
+    bounds = np.cumsum([0] + [b.num_rows for b in batches])
+    cut = np.searchsorted(idx, bounds)
+    out = [b.take(pa.array(idx[cut[i]:cut[i + 1]] - bounds[i], pa.int64()))
+           for i, b in enumerate(batches) if cut[i + 1] > cut[i]]
+    return pa.Table.from_batches(out, schema=table.schema) if out else table.schema.empty_table()
+
+
+def behind_mask(times: pa.Array, sw_us) -> np.ndarray:
+    """Which rows (event time µs, nullable int64) are already behind their side's state watermark:
+    t <= sw_us; never when the side has no state watermark or the row no event time."""
+    if sw_us is None:
+        return np.zeros(len(times), dtype=bool)
+    return pc.fill_null(pc.less_equal(times, pa.scalar(int(sw_us), pa.int64())), False).to_numpy(zero_copy_only=False)
+
+
+def annotate(table: pa.Table, n_stored: int, stored_matched, n_new: int, keep=None) -> pa.Table:
+    """Add __rid (row number), __new, __m (matched before this batch) and __keep (a new row not
+    already behind the state watermark) to a side's rows."""
+    total = n_stored + n_new
+    keep = np.asarray(keep, dtype=bool) if keep is not None else np.ones(n_new, dtype=bool)
+    isnew = np.concatenate([np.zeros(n_stored, dtype=bool), np.ones(n_new, dtype=bool)])
+    m = np.concatenate([np.asarray(stored_matched, dtype=bool), np.zeros(n_new, dtype=bool)])
+    return (table.append_column("__rid", pa.array(np.arange(total, dtype=np.int64)))
+            .append_column("__new", pa.array(isnew, pa.bool_()))
+            .append_column("__m", pa.array(m, pa.bool_()))
+            .append_column("__keep", pa.array(np.concatenate([np.ones(n_stored, dtype=bool), keep]), pa.bool_())))

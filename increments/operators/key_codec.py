@@ -14,6 +14,9 @@ import pyarrow as pa
 
 from state.encoding import decode_key, decode_value, encode_key
 
+from ..errors import AnalysisException
+from ..types import state_type_name
+
 
 def time_bound(watermark_ms: int) -> bytes:
     """Exclusive scan end covering every key whose leading int time (us) is <= watermark_ms."""
@@ -71,8 +74,6 @@ def refuse_map_keys(where: str, schema: pa.Schema, columns) -> None:
     keys are fine (encode_key orders them field by field / element by element); a MAP grouping key
     of an aggregation is accepted, its entries sorted first (aggregate.normalize_map_keys), as Spark 4
     groups by maps."""
-    from ..errors import AnalysisException
-    from ..types import state_type_name
     for c in columns:
         if c in schema.names and _has_map(schema.field(c).type):
             raise AnalysisException(

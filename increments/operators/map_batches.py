@@ -81,7 +81,7 @@ class MapBatchesOp(PhysicalOp):
 
     def _conform(self, ctx: BatchContext, piece: Any, i: int) -> pa.RecordBatch:
         if self.kind == "pandas":
-            import pandas as pd
+            import pandas as pd  # noqa: PLC0415 - optional extra increments[pandas]: pandas only when used
             if not isinstance(piece, pd.DataFrame):
                 raise self._fail_out(ctx, i, f"yielded a {type(piece).__name__}, not a pandas.DataFrame")
             if not all(isinstance(c, str) for c in piece.columns):   # by position (Spark)

@@ -23,8 +23,11 @@ import pyarrow as pa
 
 from ..errors import AnalysisException
 from ..plan.udf_nodes import UdfEval
+from ..plan.udf_rewrite import expand_filter
+from ..sql import quote_ident
 from ..udf import PythonUdfError, UserDefinedFunction
 from .base import BatchContext, PhysicalOp
+from .stateless import SqlOp
 
 #: rows tried one at a time to find a vectorized UDF's failing row
 LOCATE_LIMIT = 100_000
@@ -125,7 +128,7 @@ def evaluate(ctx: BatchContext, udf: UserDefinedFunction, display: str, args: li
 
 def _pandas(udf: UserDefinedFunction, ctx: BatchContext, a: pa.Array) -> Any:
     try:
-        import pandas  # noqa: F401
+        import pandas  # noqa: F401, PLC0415 - optional: tells whether pandas is installed
     except ImportError:
         raise PythonUdfError(ctx.where(f"pandas UDF {udf.qualified_name} needs pandas: pip install "
                                        "'increments[pandas]' (or use F.arrow_udf, which needs nothing more)"),
@@ -145,7 +148,7 @@ def _to_arrow(raw: Any, rt: pa.DataType) -> pa.Array:
     if isinstance(raw, pa.Array):
         return raw if raw.type == rt else raw.cast(rt)
     try:
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415 - optional: tells whether pandas is installed
         if isinstance(raw, pd.DataFrame):
             raise TypeError("a DataFrame is not a column: return a pandas Series")
         if isinstance(raw, pd.Series):
@@ -231,8 +234,6 @@ def build_udf_eval(compiler: Any, node: UdfEval) -> PhysicalOp:
 def build_drop_columns(compiler: Any, node: Any) -> PhysicalOp:
     """Over a fused SQL stage the drop is one more stage of it (`* EXCLUDE`), so the stateless
     steps above fuse with it into the same DuckDB query; else an Arrow drop."""
-    from ..sql import quote_ident
-    from .stateless import SqlOp
     child = compiler.build(node.child)
     names = [c for c in node.names if c in child.schema.names]
     if not names:
@@ -249,5 +250,4 @@ def build_drop_columns(compiler: Any, node: Any) -> PhysicalOp:
 
 
 def build_udf_filter(compiler: Any, node: Any) -> PhysicalOp:
-    from ..udf import expand_filter
     return compiler.build(expand_filter(node))

@@ -249,7 +249,7 @@ class SessionWindowOp(PhysicalOp):
 
 def build_session_window(compiler: Any, node: Any) -> PhysicalOp:
     validate.check_node(node, compiler.output_mode)   # for compiles that skip validate()
-    from .aggregate import normalize_map_keys
+    from .aggregate import normalize_map_keys  # noqa: PLC0415 - cycle: increments.operators.aggregate -> increments.operators.session_window
     child = normalize_map_keys(compiler.build(node.child), [k for k in node.keys if isinstance(k, str)])
     mode = compiler.output_mode
     op = SessionWindowOp(child, node.keys, node.aggs, mode)

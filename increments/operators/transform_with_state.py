@@ -46,8 +46,8 @@ from .key_codec import refuse_map_keys
 from ..plan import nodes as n
 from ..plan.validate import check_node
 from ..sql import quote_ident, run_sql
-from ..stateful_processor import (LIST, MAP, TIMER, VALUE, TIMER_INDEX, TTL_INDEX, ExpiredTimerInfo, QueryInfo,
-                                  StatefulProcessorHandle, TimerValues, pad_ms, unpad_ms)
+from ..stateful_codec import LIST, MAP, TIMER_INDEX, TTL_INDEX, VALUE, pad_ms, state_key, timer_key, unpad_ms
+from ..stateful_processor import ExpiredTimerInfo, QueryInfo, StatefulProcessorHandle, TimerValues
 from ..types import state_type_name
 from .base import BatchContext, PhysicalOp
 from .partitioning import partition_sql, split_by_partition
@@ -205,7 +205,7 @@ class TransformWithStateOp(PhysicalOp):
         for k in due:
             expiry, key = unpad_ms(k[1]), tuple(k[2:-1])
             handle._key = key
-            if store.get(encode_key((TIMER, "") + key + (encode_key((expiry,)),))) is None:
+            if store.get(timer_key(key, expiry)) is None:
                 continue                        # deleted by an earlier handler of this batch
             handle.delete_timer(expiry)                 # Spark counts it in num_deleted_timers too
             handle.metrics["num_expired_timers"] += 1
@@ -229,7 +229,7 @@ def _ttl_cleanup(store: Any, now: int) -> int:
         store.delete(k)
         parts = decode_key(k)
         kind, name, sub = decode_key(parts[-1])
-        target = encode_key((kind, name) + tuple(parts[2:-1]) + (sub,))
+        target = state_key(kind, name, tuple(parts[2:-1]), sub)
         b = store.get(target)
         if b is None:
             continue

@@ -24,8 +24,9 @@ from .. import sql_tree
 from ..errors import AnalysisException
 from ..functions import window_time_source
 from ..operators.base import PhysicalOp
-from ..operators.join_condition import qualify_sql
-from ..operators.stateless import ParseJsonOp, ScanOp, SqlOp, StaticScanOp, WatermarkOp
+from ..operators.join_outputs import qualify_sql
+from ..operators.parse_json import ParseJsonOp
+from ..operators.stateless import ScanOp, SqlOp, StaticScanOp, WatermarkOp
 from ..sql import quote_ident, run_sql
 from . import nodes as n
 from . import validate
@@ -127,7 +128,7 @@ class Compiler:
         if isinstance(node, n.Filter):
             self._note_scan_filter(node)
         quals = _qualifiers(child)
-        if quals:  # `alias.column` references after alias() or a join (operators/join_condition.py)
+        if quals:  # `alias.column` references after alias() or a join (operators/join_outputs.py)
             node = _qualify(node, quals)
         stage, label = _stage(node, child.schema)
         if isinstance(child, SqlOp):

@@ -28,6 +28,8 @@ import re
 from ..errors import AnalysisException
 from ..identifiers import duckdb_ident as quote_ident
 from ..lazy import lazy_module
+from ..nested_json import json_to_sql
+from ..types import parse_schema
 
 pa = lazy_module("pyarrow")  # loaded at first use (increments/lazy.py): frames are declared without it
 
@@ -35,7 +37,7 @@ pa = lazy_module("pyarrow")  # loaded at first use (increments/lazy.py): frames 
 
 
 def run_sql(*args, **kwargs):
-    from ..sql import run_sql as run
+    from ..sql import run_sql as run  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
     return run(*args, **kwargs)
 
 GENERATORS = ("explode", "explode_outer", "posexplode", "posexplode_outer")
@@ -219,8 +221,6 @@ def _struct_call(fn: str, arg: str, ctx: _Ctx) -> str | None:
         return "struct_pack(" + ", ".join(pairs) + ")"
     if len(args) != 2 or not (args[1].startswith("'") and args[1].endswith("'")):
         return None
-    from ..nested_json import json_to_sql
-    from ..types import parse_schema
     try:
         schema = parse_schema(args[1][1:-1].replace("''", "'"))
     except ValueError as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..types import parse_schema
 from . import nodes as n
 
 
@@ -45,7 +46,6 @@ class MapBatches(n.Unary):
 
 
 def map_batches_node(child: n.Node, func: Any, schema: Any, kind: str) -> MapBatches:
-    from ..types import parse_schema
     what = f"map_in_{kind}"
     if not callable(func):
         raise TypeError(f"{what}: {func!r} is not callable; pass a function over an iterator of "

@@ -15,12 +15,12 @@ import dataclasses
 from typing import Any, Callable
 
 from ..sql_tree import conjuncts, deterministic, parse_where, references, walk, where_sql
+from ..udf import _CALLS, _TOKEN
 from . import nodes as n
 from .udf_nodes import UdfFilter
 
 
 def _tokens(e: dict) -> set[str]:
-    from ..udf import _TOKEN
     out = set()
     for x in walk(e):
         if x.get("class") == "COLUMN_REF":
@@ -32,7 +32,6 @@ def _tokens(e: dict) -> set[str]:
 
 
 def _udf_free_of(token: str, column: str, seen: set[str]) -> bool:
-    from ..udf import _CALLS
     if token in seen:
         return True
     call = _CALLS.get(token)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import write_deltalake
 
 from .. import storage
 from ..errors import SinkSchemaError
@@ -67,7 +68,6 @@ class AutoCdcDeltaSink(DeltaSink):
         return action_counts(table)
 
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
-        from deltalake import write_deltalake
         props = commit_properties(self.ctx.query_id, batch_id, self.ctx.query_name)
         rows = table.drop_columns([ACTION])
         if dt is None:

@@ -26,8 +26,11 @@ import os
 from typing import Any
 
 import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from .. import storage
+from ..errors import SinkSchemaError
 from ..identifiers import delta_ident
 from ..options import sink_options
 from ..sources.delta_files import conform, file_location, read_parquet
@@ -38,7 +41,6 @@ def commit_properties(app_id: str, batch_id: int, query_name: str | None = None)
     """The app transaction (app_id, batch_id); with `query_name`, the commitInfo also names the
     query and batch (increments.query, increments.query_id, increments.batch_id), so a downstream
     query's lineage can name the batches it read (execution/lineage.py)."""
-    from deltalake import CommitProperties, Transaction
     meta = ({"increments.query": str(query_name), "increments.query_id": str(app_id),
              "increments.batch_id": str(int(batch_id))} if query_name else None)
     return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=int(batch_id))], custom_metadata=meta)
@@ -47,8 +49,6 @@ def commit_properties(app_id: str, batch_id: int, query_name: str | None = None)
 def open_table(path: str, storage_options: dict | None = None):
     """The Delta table at `path`, or None when there is none yet. (Not DeltaTable.is_deltatable:
     it holds the GIL while it waits on the store, which stalls an object store served in-process.)"""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
     try:
         return DeltaTable(path, storage_options=storage_options)
     except TableNotFoundError:
@@ -69,7 +69,6 @@ def read_table(path: str, storage_options: dict | None = None):
     without pre-buffering; see tests/sinks/test_delta_exit.py). Not deltalake's QueryBuilder either:
     it holds the GIL while it waits on the store (an object store served in-process stalls).
     Tables with deletion vectors or column mapping are refused, as deltalake's pyarrow reader does."""
-    from deltalake import DeltaTable
     dt = DeltaTable(path, storage_options=storage_options)
     features = set(dt.protocol().reader_features or [])
     if features & {"deletionVectors", "columnMapping"}:
@@ -99,7 +98,6 @@ def append_once(path: str, table: pa.Table, app_id: str, batch_id: int, storage_
     """Append `table` to the Delta table at `path` in one commit carrying the app transaction
     (app_id, batch_id), unless the table already holds that transaction at or past batch_id (a
     redo); True when it wrote. The exactly-once rule of the side tables (dead letters, late rows)."""
-    from deltalake import write_deltalake
     dt = open_table(path, storage_options)
     if dt is not None:
         done = dt.transaction_version(app_id)
@@ -240,7 +238,6 @@ class DeltaSink(Sink):
                 for f in table.schema if f.name in have.names and not _same_type(f.type, have.field(f.name).type)]
 
     def _drift(self, batch_id: int, diff: list[str], cause: BaseException | None = None) -> Exception:
-        from ..errors import SinkSchemaError
         return SinkSchemaError(
             f"{self.description}, batch {batch_id}: the table's schema does not fit this query's output "
             f"({'; '.join(diff)}); another writer may have changed the table. Nothing of the batch was "
@@ -261,7 +258,6 @@ class DeltaSink(Sink):
         return dt, self._done, True
 
     def _commit(self, dt: Any, batch_id: int, table: pa.Table) -> None:
-        from deltalake import write_deltalake
         mode = self.ctx.output_mode
         props = commit_properties(self.ctx.query_id, batch_id, self.ctx.query_name)
         hooks = post_commit_hooks(dt)
@@ -300,7 +296,6 @@ def post_commit_hooks(dt: Any):
     _delta_log) only on the commits that write a checkpoint, as Delta Lake itself does, instead of
     after every commit (one listing less per batch on an object store). The table's
     delta.enableExpiredLogCleanup and delta.logRetentionDuration still decide what a cleanup removes."""
-    from deltalake import PostCommitHookProperties
     if dt is None:
         return None
     try:

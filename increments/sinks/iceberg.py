@@ -31,7 +31,12 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.expressions import AlwaysTrue, And, In
+from pyiceberg.io.pyarrow import ArrowScan
 
+from .. import storage
 from ..errors import SinkSchemaError
 from ..options import sink_options
 from ..sql import quote_ident, run_sql
@@ -51,7 +56,6 @@ class IcebergSink(Sink):
         self.catalog_conf = dict(o["catalog"] or {})
         self.partition_by = o["partition_by"] or []
         self.own_storage_options = dict(o["storage_options"] or {})
-        from .. import storage
         storage.remember_secrets(self.catalog_conf)
         storage.remember_secrets(self.own_storage_options)
 
@@ -69,7 +73,6 @@ class IcebergSink(Sink):
         return I.load_catalog(self.props, self.description)
 
     def _load(self):
-        from pyiceberg.exceptions import NoSuchTableError
         try:
             return self.catalog().load_table((*self.namespace, self.table_name))
         except NoSuchTableError:
@@ -96,7 +99,6 @@ class IcebergSink(Sink):
     def add_batch(self, batch_id: int, table: pa.Table) -> SinkResult:
         """Module doc: skip what the marker holds, else one commit (retried after a concurrent
         commit of another writer, the marker checked again)."""
-        from pyiceberg.exceptions import CommitFailedException, ValidationException
         mode = self.ctx.output_mode
         if mode == "update" and not self.ctx.key_columns:
             raise ValueError(f"{self.description}: update mode needs result keys (a group_by); this query has none")
@@ -127,7 +129,6 @@ class IcebergSink(Sink):
         raise AssertionError("unreachable")
 
     def _create(self, schema: pa.Schema):
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
         cat = self.catalog()
         try:
             cat.create_namespace(self.namespace)
@@ -202,8 +203,6 @@ def _snapshot_id(t: Any) -> int | None:
 
 
 def _read_task(t: Any, task: Any) -> pa.Table:
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
     return ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=t.schema(),
                      row_filter=AlwaysTrue()).to_table(tasks=[task])
 
@@ -212,7 +211,6 @@ def _key_filter(table: pa.Table, keys: list[str]):
     """A filter matching at least every row with one of the batch's keys (IN per key column, per
     field of a struct key), for pruning the files an update rewrites; AlwaysTrue where a column
     holds NULLs or a type IN cannot take."""
-    from pyiceberg.expressions import AlwaysTrue, And, In
     out: Any = AlwaysTrue()
     for k in keys:
         col = table.column(k)

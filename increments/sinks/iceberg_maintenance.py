@@ -20,6 +20,10 @@ import datetime as dt
 import time
 from typing import Any
 
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.table import TableProperties
+
 from . import iceberg_table as I
 
 DEFAULT_TARGET = 128 * 1024 * 1024
@@ -38,7 +42,6 @@ def _reachable(t: Any, snapshots: list[Any]) -> set[str]:
 
 def compact(t: Any, target_size: int | None = None) -> dict[str, int]:
     """Rewrite the small files of each partition (module doc); returns files removed and added."""
-    from pyiceberg.table import TableProperties
     target = int(target_size or t.properties.get(TableProperties.WRITE_TARGET_FILE_SIZE_BYTES) or DEFAULT_TARGET)
     if t.current_snapshot() is None:
         return {"files_removed": 0, "files_added": 0}
@@ -51,8 +54,6 @@ def compact(t: Any, target_size: int | None = None) -> dict[str, int]:
     removed = added = 0
     if not groups:
         return {"files_removed": 0, "files_added": 0}
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
     with t.transaction() as tx:
         with I.replace_files(tx, t, {"increments.maintenance": "compact"}) as snap:
             for tasks in groups.values():

@@ -18,10 +18,18 @@ fails the commit instead of being retried on top of it).
 """
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
 import pyarrow as pa
+import pyiceberg
+from pyiceberg.catalog import load_catalog as _load
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.table.update import ValidatableTableRequirement
+from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from ..pg_driver import psycopg_url
 
@@ -36,7 +44,6 @@ _catalogs: dict[tuple, Any] = {}
 
 
 def _guard() -> None:
-    import pyiceberg
     if not str(pyiceberg.__version__).startswith(TESTED_MINOR + "."):
         raise RuntimeError(f"increments' Iceberg support uses pyiceberg internals tested with pyiceberg {TESTED_MINOR}.x; "
                            f"pyiceberg {pyiceberg.__version__} is installed: install pyiceberg~={TESTED_MINOR}.0")
@@ -54,7 +61,6 @@ def catalog_properties(catalog: dict[str, Any] | None, default_uri: str | None =
         props["type"] = "sql"
     if "uri" in props and str(props.get("type")).lower() == "sql":
         props["uri"] = psycopg_url(str(props["uri"]))     # postgresql:// is psycopg 3's (increments/pg_driver.py)
-    import os
     given = {str(k).lower(): v for k, v in (storage_options or {}).items()}
     for k, target in _S3_FROM_STORAGE.items():       # the sink's/query's storage_options, then the environment
         v = given.get(k) or os.environ.get(k.upper())
@@ -65,7 +71,6 @@ def catalog_properties(catalog: dict[str, Any] | None, default_uri: str | None =
 
 def load_catalog(props: dict[str, str], where: str):
     """The pyiceberg catalog of these properties (one per process and properties)."""
-    from pyiceberg.catalog import load_catalog as _load
     props = dict(props)
     name = props.pop("name", "increments")
     key = (name, tuple(sorted(props.items())))
@@ -113,7 +118,6 @@ def _small(t: pa.DataType) -> pa.DataType:
 def write_files(tx: Any, table: Any, df: pa.Table) -> list[Any]:
     """Parquet data files of `df` for a snapshot built in `tx` (not yet part of the table)."""
     _guard()
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
     if df.num_rows == 0:
         return []
     return list(_dataframe_to_data_files(table_metadata=tx.table_metadata, write_uuid=uuid.uuid4(), df=df,
@@ -124,8 +128,6 @@ def replace_files(tx: Any, table: Any, properties: dict[str, str]):
     """A snapshot producer (context manager) whose snapshot's operation is REPLACE: files deleted
     and added with the same rows (compaction)."""
     _guard()
-    from pyiceberg.table.snapshots import Operation, Summary
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
 
     class _ReplaceFiles(_OverwriteFiles):
         def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 - as the base
@@ -137,8 +139,6 @@ def replace_files(tx: Any, table: Any, properties: dict[str, str]):
 def marker_requirement(query_id: str, expected: str | None):
     """A commit requirement: the table's marker property of `query_id` is still `expected`."""
     _guard()
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.table.update import ValidatableTableRequirement
 
     class MarkerUnchanged(ValidatableTableRequirement):
         type: str = "assert-increments-marker"

@@ -63,7 +63,7 @@ def side_table(ctx: Any, op: Any, rows: pa.Table, watermark_ms: int, side: str |
 def write(target: Any, ctx: Any, op: Any, parts: list[tuple[str | None, pa.Table]], watermark_ms: int) -> int:
     """Append one operator's late rows of this batch to `target` (a DeltaDeadLetter) once; returns
     how many rows the batch sends there (also when a redo finds them already written)."""
-    from .delta import append_once
+    from .delta import append_once  # noqa: PLC0415 - one branch: only late rows written to a Delta table need deltalake (increments.sinks.delta)
     tables = [side_table(ctx, op, rows, watermark_ms, side) for side, rows in parts if rows.num_rows]
     if not tables:
         return 0

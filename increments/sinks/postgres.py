@@ -40,6 +40,7 @@ from psycopg import sql
 from ..errors import SinkSchemaError
 from ..options import sink_options
 from ..pg_driver import DRIVER, driver, psycopg_url
+from ..sql import run_sql
 from .base import Sink, SinkResult
 
 MARKER = "increments_sink_batches"
@@ -96,7 +97,6 @@ def _is_json(t: pa.DataType) -> bool:
 
 def _json_text(col) -> pa.Array:
     """A list / map column as JSON text (NULL stays NULL), by DuckDB's to_json."""
-    from ..sql import run_sql
     return run_sql("SELECT CAST(to_json(c) AS VARCHAR) AS c FROM __j", {"__j": pa.table({"c": col})}).column("c")
 
 

@@ -52,7 +52,7 @@ def quarantine_table(ctx: Any, op: Any, rows: pa.Table, first: list[str], failed
 def write(target: Any, ctx: Any, op: Any, rows: pa.Table, first: list[str], failed: list[list[str]]) -> int:
     """Append the rows `op` dropped in this batch to `target` (a DeltaDeadLetter) once; returns how
     many rows the batch sends there (also when a redo finds them already written)."""
-    from .delta import append_once
+    from .delta import append_once  # noqa: PLC0415 - one branch: only quarantined rows written to a Delta table need deltalake (increments.sinks.delta)
     if rows.num_rows == 0:
         return 0
     append_once(target.path, quarantine_table(ctx, op, rows, first, failed), app_id(ctx, op), ctx.batch_id,

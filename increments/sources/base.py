@@ -16,6 +16,7 @@ Contract:
 """
 from __future__ import annotations
 
+import copy
 import json
 from abc import ABC, abstractmethod
 from typing import Any
@@ -49,7 +50,6 @@ class Source(ABC):
         facts that do not change, such as an inferred schema) with its own per-query state
         (checkpoint, seen-files log, client, AvailableNow target, read-ahead). Each query started
         from a frame gets its own, so one frame can feed several queries, as in Spark."""
-        import copy
         clone = copy.copy(self)
         for name, value in {"index": 0, "checkpoint": None, "query_name": "", "query_storage_options": {},
                             "local_dir": None,

@@ -143,7 +143,7 @@ def changed_since_read(src, end: int) -> list[tuple[bool, str]]:
     would find nothing to do."""
     if src._log is None or end is None or end < 0:
         return []
-    from .read_files_window import ReadFilesWindow
+    from .read_files_window import ReadFilesWindow  # noqa: PLC0415 - cycle: read_files_window imports this module
     found: list[tuple[bool, str]] = []
     plan_fails = src.fail_on_data_loss and src.changed_files_window > 0
     if src.fail_on_data_loss:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 
 from ..lazy import lazy_module
 
@@ -62,8 +64,6 @@ def duplicate_key_line(data: bytes) -> tuple[int | None, str]:
     """(1-based line, reason) of the first JSON object with a key given twice (at any depth), which
     pyarrow refuses and reports by its row in a block ("row 0"); (None, "") when there is none.
     Only run on a file that already failed, so a Python pass over its lines is acceptable."""
-    import json
-
     def pairs(items: list) -> dict:
         seen = set()
         for k, _ in items:
@@ -125,9 +125,9 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
     """One DuckDB scan; strictly typed fields (strict_json_types) are read as JSON and converted
     only when the value has an accepted type (else the scan fails: None, and the caller names the
     line)."""
-    import duckdb
+    import duckdb  # noqa: PLC0415 - duckdb: kept off the code location's import path
 
-    from ..sql import duckdb_connection
+    from ..sql import duckdb_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
 
     def declared(f) -> str:
@@ -159,7 +159,7 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
 
 def diagnose_json_lines(lines: list[bytes], schema: Schema) -> tuple[int | None, str]:
     """Find the first line that is not a JSON object matching `schema`; return (1-based line, reason)."""
-    from ..sql import duckdb_connection
+    from ..sql import duckdb_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
     texts = pa.array([ln.decode("utf-8", errors="replace") for ln in lines], pa.string())
     bad = first_bad_json_row(duckdb_connection(), texts, schema)
     if bad is None:
@@ -234,7 +234,6 @@ def read_csv(path: str, schema: Schema, header: bool = False, delimiter: str = "
     """The rows of a CSV file as `schema`. A 0-byte file has no rows; a header without a column of
     the schema, a value that does not convert, or text that is not UTF-8 fails naming the file (and
     the line where known)."""
-    import os
     arrow_schema = schema.to_arrow()
     if os.path.getsize(path) == 0:
         return arrow_schema.empty_table()
@@ -268,7 +267,6 @@ def _csv_bad_value(path: str, schema: Schema, header: bool, delimiter: str, msg:
     ("In CSV column #k: ... invalid value 'v'"): the file read again as text, the first row of
     that column whose value does not convert (found by halving: a few vectorised casts), and its
     line (a header and blank lines, which the reader skips, counted). None when not found."""
-    import re
     m = re.search(r"CSV column #(\d+)", msg)
     if m is None:
         return None
@@ -323,7 +321,6 @@ def _csv_line_of_row(path: str, row: int, header: bool) -> int:
 
 
 def _csv_reason(msg: str) -> str:
-    import re
     m = re.search(r"[Rr]ow #?(\d+)", msg)
     if m:
         return f"line {int(m.group(1))}: {msg}"

@@ -29,11 +29,8 @@ Reads: a local file is read in place; an object is fetched into a private local 
 else the temp dir), read by the same readers, and the copy deleted. A batch of
 many JSON files is copied, in order, into one such file and read in one scan (a tiny file costs a
 fraction of a scan of its own); such batches are not read ahead file by file. Smaller batches
-are read ahead by the local runner (sources/prefetch.py): an object's prefetched rows are used
-only if the object read had the size and etag its seen-files entry recorded. The local runner also
-writes the next batch's seen-files entry ahead, while the current batch runs (an orphan entry,
-adopted by the next plan: see _write_entry_ahead), and hands the consuming operator's
-pre-computation to the read-ahead (prepare_rows_with). A malformed
+are read ahead by the local runner, which also writes the next batch's seen-files entry ahead:
+sources/file_read_ahead.py. A malformed
 file fails the batch naming the file (its URL) and line; a file deleted after it was planned fails
 with DataLossError unless fail_on_data_loss=False, which skips it, counts it and reports it.
 """
@@ -51,26 +48,16 @@ from ..storage import Location, ObjectInfo
 from ..types import parse_schema
 from . import file_formats
 from .file_changes import changed_since_read, check_unchanged
-from .file_listing import LocalCopy, concatenated, name_matches, split_glob, within_bytes
+from .file_listing import LocalCopy, concatenated, name_matches, split_glob
 from .base import Source
-from .prefetch import ReadAhead
+from .file_read_ahead import FileReadAhead
 from .read_files_window import DEFAULT_WINDOW, ReadFilesWindow
-from .seen_files import SeenFilesLog
+from .seen_files import SeenFilesLog, entry_key
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
 
 log = redacting_logger("increments.sources.files")
 FORMATS = ("json", "csv", "parquet")
-#: with max_files_per_trigger and a backlog, the files of this many next batches are decoded in the
-#: background while the current batch runs (sources/prefetch.py); four rather than two absorb the
-#: batches whose protocol takes longer than a decode (hourly-clicks JSON: 4-15% faster in A/B runs)
-READ_AHEAD_BATCHES = 4
-#: threads decoding ahead, one file each at a time: a file's reader is mostly one thread, so two
-#: files at once use both cores as a one-shot multi-file scan would
-READ_AHEAD_WORKERS = 2
-#: ...as long as the next batches' files hold at most this many bytes (decoded data of batches
-#: ahead is memory the current batch does not need); the first files that fit are read
-READ_AHEAD_BYTES = 128 << 20
 #: a batch of at least this many JSON files (none read ahead) is read in one scan (_read_together)
 MULTI_FILE_SCAN_MIN = 8
 
@@ -82,7 +69,7 @@ def normalized_path(path: str) -> str:
     return root if pattern is None else (root.rstrip("/") + "/" + pattern)
 
 
-class FileSource(Source):
+class FileSource(FileReadAhead, Source):
     _per_query = {"_log": None, "_target": None, "read_metrics": {}, "_read_ahead": None,
                   "_ahead_columns": None, "_known": {}, "_root": None, "_listed": None, "_read_facts": {},
                   "_prepare": None, "_entry_pool": None, "_entry_ahead": None, "_window": None,
@@ -126,7 +113,7 @@ class FileSource(Source):
         self._log: SeenFilesLog | None = None
         self._target: str | None = None       # AvailableNow: the last name of the drain
         self.read_metrics: dict[str, Any] = {}
-        self._read_ahead: ReadAhead | None = None  # set by enable_read_ahead (the local runner)
+        self._read_ahead = None               # a prefetch.ReadAhead: set by enable_read_ahead (the local runner)
         self._ahead_columns: list[str] | None = None
         self._prepare: Any = None             # prepare_rows_with: applied to rows decoded ahead
         self._entry_pool: Any = None          # the local runner's writer of the next seen-files entry
@@ -255,7 +242,7 @@ class FileSource(Source):
             if not first:
                 raise ValueError(f"read_stream.files({storage.redact_url(self.path)!r}, 'parquet'): no schema given "
                                  "and no file to infer it from; pass schema=")
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow: kept off the code location's import path
             loc, name = first[0]
             with LocalCopy(loc, name, self.local_dir) as path:
                 self._schema = parse_schema(pq.read_schema(path))
@@ -289,7 +276,7 @@ class FileSource(Source):
         m = self.max_files_per_trigger
         if limited and m:
             new = listed[:m]
-            upcoming = within_bytes(listed[m: m + READ_AHEAD_BATCHES * m], READ_AHEAD_BYTES)
+            upcoming = self._upcoming(listed, m)
         if not new:
             if start < 0 and self.pattern is None and not self._subfolders_checked:
                 self._warn_subfolders_only()
@@ -304,14 +291,7 @@ class FileSource(Source):
         self._listed = (start + 1, last, rest) if rest else None
         if rest and (len(rest) >= m or self._target is not None):
             self._write_entry_ahead(start + 2, rest[:m])
-        # overlap decoding this batch's files (first) and the next batches' with the work between
-        # plan and their read steps (sources/prefetch.py)
-        # (a batch of many JSON files is read in one scan instead: not file by file ahead)
-        if not self._reads_together(len(entry["files"])):
-            ahead = [o.name for o in upcoming if o.name > last]
-            ahead = ahead if not self._reads_together(m) else []
-            self._start_read_ahead([_key(f) for f in entry["files"]] + ahead,
-                                   [f for f in entry["files"] if isinstance(f, dict)] + upcoming)
+        self._read_planned_ahead(entry, upcoming, last, m)
         return start + 1
 
     def prepare_available_now(self) -> None:
@@ -335,7 +315,7 @@ class FileSource(Source):
         """The keys of the files of batches (start, end]: names relative to the root (or the
         absolute paths of a version-1 entry)."""
         assert self._log is not None
-        return [_key(f) for f in self._log.files_between(start, end)]
+        return [entry_key(f) for f in self._log.files_between(start, end)]
 
     def commit(self, end: int) -> None:
         """After commits[N]: the window index, every INDEX_EVERY entries (read_files_window.py)."""
@@ -435,91 +415,6 @@ class FileSource(Source):
         except (OSError, storage.StorageError):
             return None
 
-    def enable_read_ahead(self, columns: list[str] | None = None) -> None:
-        """Decode planned and upcoming files in the background, for a query that reads `columns`
-        (None: all) -- the same columns its read step will ask for, or the read-ahead is unused."""
-        if self._read_ahead is None:
-            self._read_ahead = ReadAhead(workers=READ_AHEAD_WORKERS, stat=self._fingerprint, expected=self._listed_as)
-        self._ahead_columns = columns if self.reads_columns else None
-
-    def _write_entry_ahead(self, n: int, files: list[ObjectInfo]) -> None:
-        """The local runner (read-ahead on) with a fixed max_files_per_trigger and a backlog: write
-        seen-files entry n -- the files the next plan takes from this listing -- on a background
-        thread while batch n-1 runs, so that its durable write is off the batch's path. Safe by
-        the seen-files recovery rule: an entry without offsets[N] is an orphan that the next plan
-        adopts as it stands (seen_files.py), exactly as after a crash between the two writes."""
-        if self._read_ahead is None or getattr(self, "auto_batch", None) is not None:
-            return
-        if self._entry_pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._entry_pool = ThreadPoolExecutor(1, thread_name_prefix="increments-seen-files")
-        log_ = self._log
-        self._entry_ahead = (n, self._entry_pool.submit(lambda: log_.write(n, files)))
-
-    def _entry_written_ahead(self, n: int, files: list[ObjectInfo]) -> dict | None:
-        """Entry n if _write_entry_ahead wrote (or adopted) it, durably, with exactly `files`;
-        None: the plan writes it itself (create-only, adopting whatever is there)."""
-        ahead, self._entry_ahead = self._entry_ahead, None
-        if ahead is None or ahead[0] != n:
-            return None
-        try:
-            entry = ahead[1].result()      # the write is durable (fsynced) before the plan goes on
-        except Exception:  # noqa: BLE001 - the plan's own write adopts or fails naming the entry
-            return None
-        names = [_key(f) for f in entry["files"]]
-        return entry if names == [o.name for o in files] else None
-
-    def prepare_rows_with(self, prepare: Any) -> None:
-        """Apply `prepare(table)` to the rows of every file decoded ahead, on the read-ahead
-        thread (the local runner passes the consuming operator's own pre-computation, see
-        WindowAggregateOp.prepare). A failing prepare only loses that head start."""
-        self._prepare = prepare
-
-    def _decode_ahead(self, key: str, columns: list[str] | None) -> pa.Table:
-        table = self._decode(key, columns)
-        if self._prepare is not None and self.max_files_per_trigger == 1:   # a batch is this very table
-            try:
-                self._prepare(table)
-            except Exception:  # noqa: BLE001 - the batch computes it again and raises there if it must
-                log.debug("prepare of %s read ahead failed", key, exc_info=True)
-        return table
-
-    def close(self) -> None:
-        if self._entry_pool is not None:
-            self._entry_pool.shutdown(wait=True)
-            self._entry_pool, self._entry_ahead = None, None
-        if self._read_ahead is not None:
-            self._read_ahead.close()
-            self._read_ahead = None
-
-    def _start_read_ahead(self, keys: list[str], infos: list[Any] = ()) -> None:
-        if self._read_ahead is not None and keys:
-            self._known = {(i["name"] if isinstance(i, dict) else i.name):
-                           ((i["size"], i["etag"]) if isinstance(i, dict) else (i.size, i.etag)) for i in infos}
-            cols = self._ahead_columns
-            self._read_ahead.start(keys, cols, lambda f: self._decode_ahead(f, cols))
-
-    def _fingerprint(self, key: str) -> Any:
-        """What tells a file changed: (size, mtime) of a local file, the listing facts of an object."""
-        loc, name = self._where(key)
-        p = loc.local_path(name)
-        if p is not None:
-            try:
-                st = os.stat(p)
-            except OSError:
-                return None
-            return st.st_size, st.st_mtime_ns
-        info = loc.head(name)
-        return None if info is None else (info.size, info.etag)
-
-    def _listed_as(self, key: str) -> Any:
-        """The fingerprint a read-ahead result must have been read with: an object's size and etag
-        as its listing recorded them (no request); a local file's current one."""
-        known = self._known.get(key)
-        if known is not None and not self.root().is_local:
-            return known
-        return self._fingerprint(key)
-
     def _where(self, key: str) -> tuple[Location, str]:
         if os.path.isabs(key):        # a version-1 entry's absolute local path
             return storage.location(os.path.dirname(key)), os.path.basename(key)
@@ -555,7 +450,3 @@ class FileSource(Source):
 def _glob_escape(name: str) -> str:
     """`name` as a pattern matching only itself (fnmatch: each wildcard character in brackets)."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
-
-
-def _key(f: Any) -> str:
-    return f["name"] if isinstance(f, dict) else f

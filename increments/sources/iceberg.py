@@ -26,7 +26,13 @@ import json
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+from pyiceberg.table import FileScanTask
 
+from .. import storage
 from ..errors import DataLossError, MalformedInputError
 from ..sinks import iceberg_table as I
 from .base import Source
@@ -59,7 +65,6 @@ class IcebergSource(Source):
                  max_rows_per_trigger: int | None = None, skip_overwrite_snapshots: bool = False,
                  skip_delete_snapshots: bool = False, starting_snapshot_id: int | None = None,
                  storage_options: dict[str, Any] | None = None):
-        from .. import storage
         self.table_name = str(table)
         I.identifier(self.table_name, "read_stream.iceberg")
         self.catalog = _catalog_dict(catalog)
@@ -87,7 +92,6 @@ class IcebergSource(Source):
 
     def schema(self) -> pa.Schema:
         if self._schema is None:
-            from pyiceberg.exceptions import NoSuchTableError
             try:
                 self._schema = I.arrow_schema(self.table())
             except NoSuchTableError as e:
@@ -128,7 +132,6 @@ class IcebergSource(Source):
     def _added(self, t: Any, sid: int) -> list[Any]:
         if sid in self._files:
             return self._files[sid]
-        from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
         snap = t.metadata.snapshot_by_id(sid)
         op = I.snapshot_summary(snap).get("operation", "append")
         if op == "replace" or (op == "overwrite" and self.skip_overwrite) or (op == "delete" and self.skip_delete):
@@ -191,9 +194,6 @@ class IcebergSource(Source):
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _read_file(self, t: Any, data_file: Any, schema: pa.Schema) -> pa.Table:
-        from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.io.pyarrow import ArrowScan
-        from pyiceberg.table import FileScanTask
         try:
             out = ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=t.schema(),
                             row_filter=AlwaysTrue()).to_table(tasks=[FileScanTask(data_file)])

@@ -8,7 +8,7 @@ taking a result costs no request); otherwise, or if the read-ahead failed, the c
 are raised by the batch that owns the file, naming it, exactly as without read-ahead). It never
 changes which files a batch takes (that is the seen-files log's job): it only overlaps decoding
 the next file with processing and committing the current batch. At most READ_AHEAD_BATCHES
-(files.py) batches ahead are held.
+(file_read_ahead.py) batches ahead are held.
 
 The workers are a ThreadPoolExecutor's: close() (the query's end) and interpreter exit wait for a
 decode in progress instead of tearing a thread down inside DuckDB or Arrow (daemon threads were:

@@ -83,3 +83,9 @@ class SeenFilesLog:
         objs, _ = self.loc.list_dir("")
         nums = [int(o.name[:-5]) for o in objs if o.name.endswith(".json") and o.name[:-5].isdigit()]
         return max(nums, default=-1)
+
+
+def entry_key(f: Any) -> str:
+    """The key of one file of an entry: its name relative to the root (a version-2 record), or
+    the absolute path a version-1 entry lists."""
+    return f["name"] if isinstance(f, dict) else f

@@ -24,6 +24,7 @@ Contract of every location (the checkpoint's protocol relies on it):
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -83,10 +84,10 @@ def location(url: str, storage_options: dict[str, Any] | None = None) -> "Locati
     url = os.fspath(url)
     s = check_scheme(url)
     if s in LOCAL_SCHEMES:
-        from .local import LocalLocation
+        from .local import LocalLocation  # noqa: PLC0415 - cycle: increments.storage.local -> increments.storage
         path = urlsplit(url).path if s == "file" else url
         return LocalLocation(os.path.abspath(path))
-    from .remote import RemoteLocation
+    from .remote import RemoteLocation  # noqa: PLC0415 - cycle: increments.storage.remote -> increments.storage
     return RemoteLocation.open(url, REMOTE_SCHEMES[s], dict(storage_options or {}))
 
 
@@ -146,11 +147,9 @@ class Location:
         return self.head(name) is not None
 
     def read_json(self, name: str) -> Any:
-        import json
         return json.loads(self.read_bytes(name))
 
     def write_json(self, name: str, body: Any, *, create_only: bool = False) -> None:
-        import json
         self.write_bytes(name, json.dumps(body, sort_keys=True, indent=1).encode(), create_only=create_only)
 
     def join(self, *parts: str) -> str:

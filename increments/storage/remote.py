@@ -9,9 +9,16 @@ redacted message naming the object's URL.
 """
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 import threading
 from typing import Any
 from urllib.parse import urlsplit
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.store import from_url
 
 from . import Location, ObjectInfo, StorageError, redact, redact_url, remember_secrets
 
@@ -57,7 +64,6 @@ def _store(scheme: str, bucket: str, options: dict[str, Any]):
         with _LOCK:
             st = _STORES.get(key)
             if st is None:
-                from obstore.store import from_url
                 config, client = _split_options(options)
                 try:
                     st = from_url(f"{scheme}://{bucket}", config=config or None, client_options=client or None)
@@ -75,7 +81,6 @@ def _first_line(e: BaseException) -> str:
 def no_such_bucket(text: str, bucket: str | None = None) -> str | None:
     """When an object store's error says the bucket does not exist (S3's NoSuchBucket, GCS's and
     Azure's equivalents): a message naming the bucket and what to create; else None."""
-    import re
     if not re.search(r"NoSuchBucket|ContainerNotFound|The specified bucket does not exist|"
                      r"The specified container does not exist", text):
         return None
@@ -128,7 +133,6 @@ class RemoteLocation(Location):
 
     # -- objects -----------------------------------------------------------------------------------
     def read_bytes(self, name: str) -> bytes:
-        import obstore
         try:
             return bytes(obstore.get(self._store, self._k(name)).bytes())
         except FileNotFoundError as e:
@@ -141,10 +145,6 @@ class RemoteLocation(Location):
     def fetch_local(self, name: str, cache_dir: str) -> str:
         """A local copy of the object under `cache_dir`, streamed in chunks (a multi-GB object is
         never held in memory whole); the caller removes it."""
-        import os
-        import tempfile
-
-        import obstore
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix="fetch-", suffix="-" + os.path.basename(name))
         try:
             with os.fdopen(fd, "wb") as f:
@@ -159,8 +159,6 @@ class RemoteLocation(Location):
         return tmp
 
     def write_bytes(self, name: str, data: bytes, *, create_only: bool = False) -> None:
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
         try:
             obstore.put(self._store, self._k(name), data, mode="create" if create_only else "overwrite")
         except (AlreadyExistsError, PreconditionError):
@@ -169,7 +167,6 @@ class RemoteLocation(Location):
             raise self._fail("writing", name, e) from None
 
     def head(self, name: str) -> ObjectInfo | None:
-        import obstore
         try:
             m = obstore.head(self._store, self._k(name))
         except FileNotFoundError:
@@ -179,7 +176,6 @@ class RemoteLocation(Location):
         return _info(name, m)
 
     def list(self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None) -> list[ObjectInfo]:
-        import obstore
         pre = self._k(prefix.rstrip("/"))
         pre = pre + "/" if pre else None
         try:
@@ -196,7 +192,6 @@ class RemoteLocation(Location):
         return out
 
     def list_dir(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
-        import obstore
         pre = self._k(prefix.rstrip("/"))
         try:
             res = obstore.list_with_delimiter(self._store, pre or None)
@@ -206,7 +201,6 @@ class RemoteLocation(Location):
         return files, sorted(self._rel(p.rstrip("/")) for p in res["common_prefixes"])
 
     def delete(self, name: str) -> None:
-        import obstore
         try:
             obstore.delete(self._store, self._k(name))
         except FileNotFoundError:
@@ -215,7 +209,6 @@ class RemoteLocation(Location):
             raise self._fail("deleting", name, e) from None
 
     def delete_prefix(self, prefix: str) -> None:
-        import obstore
         keys = [self._k(o.name) for o in self.list(prefix)]
         for i in range(0, len(keys), 1000):
             try:

@@ -149,10 +149,10 @@ def test_file_deleted_after_its_read_ahead_is_data_loss(tmp_path):
 
 
 def test_read_ahead_is_bounded_by_the_bytes_of_the_next_batches(tmp_path, monkeypatch):
-    import increments.sources.files as files_mod
+    import increments.sources.file_read_ahead as read_ahead_mod
     d, src = _source(tmp_path, 4)
     size = os.path.getsize(d / "f1.json")
-    monkeypatch.setattr(files_mod, "READ_AHEAD_BYTES", size)     # room for one file ahead, not two
+    monkeypatch.setattr(read_ahead_mod, "READ_AHEAD_BYTES", size)     # room for one file ahead, not two
     started = []
     monkeypatch.setattr(src._read_ahead, "start", lambda paths, cols, read: started.append(list(paths)))
     assert src.latest_offset(-1) == 0

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 import increments as inc
-from increments.operators.join_condition import Side, analyse, not_null_columns, qualify_sql, split_conjuncts
+from increments.operators.join_condition import Side, analyse, not_null_columns, split_conjuncts
+from increments.operators.join_outputs import qualify_sql
 from join_testutil import COND, INNER, check_scenario_metrics, pairs, run, scenario_sources
 
 TS = pa.timestamp("us", tz="UTC")

@@ -217,7 +217,7 @@ def _spy_take(monkeypatch):
 def test_parse_json_while_reading_gives_the_exact_paths_rows(kafka_broker, tmp_path, monkeypatch):
     import increments.sources.kafka as kafka_mod
     import increments.sources.kafka.consume as consume_mod
-    from increments.operators.stateless import ParseJsonOp
+    from increments.operators.parse_json import ParseJsonOp
     topic = create_topic(kafka_broker, partitions=2)
     rows = [{"id": i, "name": f"n{i}" if i % 7 else None, "amount": i / 4, "ok": i % 2 == 0,
              "at": f"2024-01-01T00:00:{i % 60:02d}Z", "extra": [i]} for i in range(120)]

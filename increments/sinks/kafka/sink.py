@@ -38,7 +38,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import confluent_kafka
 import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ...errors import AnalysisException, IncrementsError
 from ...options import sink_options
@@ -135,7 +137,6 @@ class KafkaSink(Sink):
         and this query id's marker none: other producers' records."""
         if not self.topic or self.holds_query(query_id):
             return None
-        from confluent_kafka import Consumer, TopicPartition
         c = Consumer({**shared_conf(self.conf), "group.id": f"{self.prefix}{query_id}-look",
                       "enable.auto.commit": False})
         try:
@@ -190,7 +191,6 @@ class _Writer:
 
     def __init__(self, conf: dict[str, Any], txn_id: str, marker_topic: str, query_id: str, transactional: bool,
                  where: str):
-        import confluent_kafka
         self.where, self.transactional = where, transactional
         self.producer = confluent_kafka.Producer({**conf, "transactional.id": txn_id} if transactional else conf)
         self.marker = Marker(conf, txn_id, marker_topic, query_id)
@@ -208,7 +208,6 @@ class _Writer:
     def write(self, batch_id: int, table: pa.Table, topic: str | None, where: str) -> dict[str, dict[str, list[int]]]:
         """Produce the batch and record it (one transaction, or delivery then marker); returns
         {topic: {partition: [first offset, last offset]}} of what was written."""
-        from confluent_kafka import KafkaException
         p = self.producer
         failures: list[str] = []
         offsets: dict[str, dict[str, list[int]]] = {}

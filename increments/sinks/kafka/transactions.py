@@ -26,6 +26,9 @@ import json
 import time
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from ... import storage
 
 MARKER_TOPIC = "increments_sink_markers"
@@ -46,8 +49,6 @@ def kafka_error(e: BaseException) -> Any:
 
 def ensure_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> None:
     """Create `topic` (one partition) unless it exists."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient(shared_conf(conf))
     if topic in admin.list_topics(timeout=timeout).topics:
         return
@@ -67,7 +68,6 @@ def ensure_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> Non
 
 def probe(conf: dict[str, Any], marker_topic: str, transactional_id: str, timeout: float = 30.0) -> str | None:
     """None when the broker honours transactions, else what failed (module doc)."""
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     offsets: list[int] = []
     p = Producer({**conf, "transactional.id": transactional_id})
     try:
@@ -125,13 +125,11 @@ class Marker:
     """The query's batch marker (module doc) on one consumer of the query's group."""
 
     def __init__(self, conf: dict[str, Any], group: str, topic: str, query_id: str):
-        from confluent_kafka import Consumer
         self.topic, self.query_id = topic, query_id
         self.consumer = Consumer({**shared_conf(conf), "group.id": group, "isolation.level": "read_committed",
                                   "enable.auto.commit": False})
 
     def _tp(self, batch_id: int | None = None):
-        from confluent_kafka import TopicPartition
         if batch_id is None:
             return TopicPartition(self.topic, 0)
         return TopicPartition(self.topic, 0, int(batch_id) + 1,
@@ -139,7 +137,6 @@ class Marker:
 
     def last_batch(self, timeout: float = 30.0) -> int | None:
         """The last batch id the marker holds, or None (no batch written, or the offsets expired)."""
-        from confluent_kafka import KafkaException
         tp = self.consumer.committed([self._tp()], timeout=timeout)[0]
         if tp.error is not None:
             raise KafkaException(tp.error)

@@ -5,12 +5,14 @@ consuming, no probe on the common path) and _consume_range for how messages beco
 """
 from __future__ import annotations
 
+import gc
 import operator
 import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from confluent_kafka import Message, TopicPartition
 
 from ...errors import DataLossError
 from .parse import _Parsed
@@ -43,7 +45,6 @@ def _consume_step() -> int:
     chunk) every collection traverses them again and promotes them, and the full collections that
     follow traverse the whole heap: measured a third of the read time at 20k messages per call, and
     no collection at all when each small chunk is dropped before the next call."""
-    import gc
     first = gc.get_threshold()[0]
     return _CHUNK if first <= 0 else min(_CHUNK, max(50, first - 200))
 
@@ -52,7 +53,6 @@ def _assign(c: Any, t: str, p: int, s: int) -> None:
     """Assign consumer c to (t, p) from offset s, unless that is already its whole assignment
     (made ahead, and not consumed from since: every read unassigns its consumer when done)."""
     if [(x.topic, x.partition, x.offset) for x in c.assignment()] != [(t, p, s)]:
-        from confluent_kafka import TopicPartition
         c.assign([TopicPartition(t, p, s)])
 
 
@@ -170,7 +170,6 @@ class KafkaConsume:
         holds no GIL) while the next messages are consumed; returns [(messages, future)] in row
         order, or None when a value is null or the rows had to be reordered or cut (nothing to
         pre-parse or line up)."""
-        from confluent_kafka import Message
         m_error, m_offset, m_value = Message.error, Message.offset, Message.value
         c = reader if reader is not None else self._readers()[0]
         step = _consume_step()

@@ -11,6 +11,8 @@ import math
 import time
 from typing import Any
 
+from confluent_kafka import OFFSET_END, TopicPartition
+
 from ...errors import DataLossError
 from ...redaction import logger as redacting_logger
 from .topics import recreated, reset_after
@@ -36,7 +38,6 @@ class KafkaOffsets:
         """(low, high) per partition (low is 0 unless `low`). High is probed with a fetch from the
         logical end: Tansu answers ListOffsets(latest) with the last batch's base offset, so the
         end-of-partition event (offset = the fetch response's high watermark) gives the real high."""
-        from confluent_kafka import OFFSET_END, TopicPartition
         c = self._client()
         tps = [(t, p) for t, ps in parts.items() for p in ps]
         if not tps:
@@ -79,7 +80,6 @@ class KafkaOffsets:
         if need_end:
             wms = self._watermarks(parts)
         else:   # no end needed: the low watermarks alone (no fetch probe)
-            from confluent_kafka import TopicPartition
             c = self._client()
             wms = {tp: (c.get_watermark_offsets(TopicPartition(*tp), timeout=10)[0], None) for tp in wants}
         out: dict[str, dict[str, int]] = {t: {} for t in self.topics}

@@ -9,9 +9,12 @@ them (one row per value) and otherwise takes its own exact path.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
 
 #: parse threads: two, so that once the last messages are consumed the pieces still queued are
 #: parsed on both cores (while consuming, the consumer and librdkafka take about one core)
@@ -21,8 +24,6 @@ def _parse_piece(values: pa.Array, options: Any) -> pa.Table | None:
     """One piece of values (an Arrow binary array) joined with newlines by Arrow and parsed by
     pyarrow's JSON reader (worker thread; both release the GIL). None when anything fails (invalid
     JSON, a wrong type): ParseJsonOp then takes its exact path, which names the bad row."""
-    import pyarrow.compute as pc
-    import pyarrow.json as pajson
     try:
         n = len(values)
         buf = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), values), b"\n")[0].as_buffer()
@@ -55,7 +56,6 @@ class KafkaParse:
     def parse_values_as(self, json_schema: pa.Schema) -> None:
         """parse_json(json_schema) reads this source's value column: from now on read() also parses
         the values on worker threads while it consumes the next ones (see take_parsed)."""
-        import pyarrow.json as pajson
         self._parse_schema = json_schema
         self._parse_options = pajson.ParseOptions(explicit_schema=json_schema, unexpected_field_behavior="ignore")
 
@@ -79,6 +79,5 @@ class KafkaParse:
 
     def _parse_pool(self):
         if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
             self._pool = ThreadPoolExecutor(_PARSE_THREADS, thread_name_prefix="increments-kafka-parse")
         return self._pool

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import Consumer
 
 from ..base import Source
 from .consume import SCHEMA, KafkaConsume
@@ -71,7 +72,6 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         return self._reader_pair
 
     def _new_consumer(self):
-        from confluent_kafka import Consumer
         conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
                 "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
                 "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,

@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from confluent_kafka import TopicCollection
+from confluent_kafka.admin import AdminClient
+
 from ...errors import DataLossError
 from ...redaction import logger as redacting_logger
 
@@ -20,8 +23,6 @@ log = redacting_logger("increments.sources.kafka")
 def topic_ids(src) -> dict[str, str]:
     """Each subscribed topic's id (one DescribeTopics request); {} when the broker cannot tell."""
     try:
-        from confluent_kafka import TopicCollection
-        from confluent_kafka.admin import AdminClient
         if src._admin is None:
             src._admin = AdminClient({"bootstrap.servers": src.bootstrap_servers, **src.client_config})
         out = {}
