@@ -29,9 +29,12 @@ def _files(d, start, n):
             fh.write("".join(json.dumps({"id": f * 10 + i, "name": f"n{i}"}) + "\n" for i in range(2)))
 
 
-def _run(inp, chk, fmt, target, **opts):
-    w = (inc.read_stream.files(inp, "json", SCHEMA, max_files_per_trigger=1).write_stream.format(fmt)
-         .output_mode("append").checkpoint_location(chk).query_name("reuse").trigger(available_now=True))
+def _run(inp, chk, fmt, target, select=None, **opts):
+    frame = inc.read_stream.files(inp, "json", SCHEMA, max_files_per_trigger=1)
+    if select:
+        frame = frame.select(*select)
+    w = (frame.write_stream.format(fmt).output_mode("append").checkpoint_location(chk).query_name("reuse")
+         .trigger(available_now=True))
     for k, v in opts.items():
         w = w.option(k, v)
     q = w.start(target) if target else w.start()
@@ -121,30 +124,16 @@ def test_a_dead_letter_table_reused_by_a_new_query_gets_its_rows(tmp_path):
     assert sorted(DeltaTable(dl).to_pyarrow_table().column("id").to_pylist()) == [10, 20]
 
 
-def _run_frame(inp, chk, fmt, target, select=None, **opts):
-    frame = inc.read_stream.files(inp, "json", SCHEMA, max_files_per_trigger=1)
-    if select:
-        frame = frame.select(*select)
-    w = (frame.write_stream.format(fmt).output_mode("append").checkpoint_location(chk).query_name("reuse")
-         .trigger(available_now=True))
-    for k, v in opts.items():
-        w = w.option(k, v)
-    q = w.start(target) if target else w.start()
-    q.await_termination()
-    assert q.exception() is None
-    return q
-
-
 def test_a_new_query_on_a_used_iceberg_table_writes_all_its_batches(tmp_path, caplog):
     """The marker is a table property per query id: a new query's batch 0..3 are not the old one's."""
     from pyiceberg.catalog import load_catalog
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     _files(a, 0, 3)
-    _run_frame(a, str(tmp_path / "chk1"), "iceberg", "lake.reuse", catalog=catalog)
+    _run(a, str(tmp_path / "chk1"), "iceberg", "lake.reuse", catalog=catalog)
     _files(b, 5, 4)
     with caplog.at_level(logging.WARNING, logger="increments.sinks"):
-        q = _run_frame(b, str(tmp_path / "chk2"), "iceberg", "lake.reuse", catalog=catalog)
+        q = _run(b, str(tmp_path / "chk2"), "iceberg", "lake.reuse", catalog=catalog)
     props = dict(catalog)
     t = load_catalog("increments", **props).load_table("lake.reuse")
     assert sorted(t.scan().to_arrow().column("id").to_pylist()) == \
@@ -154,7 +143,7 @@ def test_a_new_query_on_a_used_iceberg_table_writes_all_its_batches(tmp_path, ca
     assert "none of its batches is skipped" in warned
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="increments.sinks"):      # a restart: no warning again
-        _run_frame(b, str(tmp_path / "chk2"), "iceberg", "lake.reuse", catalog=catalog)
+        _run(b, str(tmp_path / "chk2"), "iceberg", "lake.reuse", catalog=catalog)
     assert not [r for r in caplog.records if r.name == "increments.sinks"]
 
 
@@ -168,10 +157,10 @@ def test_a_new_query_on_a_used_kafka_topic_writes_all_its_batches(kafka_txn_brok
     select = ("CAST(id AS VARCHAR) AS value",)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     _files(a, 0, 3)
-    _run_frame(a, str(tmp_path / "chk1"), "kafka", None, select, **opts)
+    _run(a, str(tmp_path / "chk1"), "kafka", None, select, **opts)
     _files(b, 5, 4)
     with caplog.at_level(logging.WARNING, logger="increments.sinks"):
-        q = _run_frame(b, str(tmp_path / "chk2"), "kafka", None, select, **opts)
+        q = _run(b, str(tmp_path / "chk2"), "kafka", None, select, **opts)
     got = sorted(int(v) for _, _, v, _ in read_committed(kafka_txn_broker, topic))
     assert got == sorted([f * 10 + i for f in range(3) for i in range(2)] + [f * 10 + i for f in range(5, 9) for i in range(2)])
     warned = " ".join(r.getMessage() for r in caplog.records if r.name == "increments.sinks")
