@@ -446,8 +446,10 @@ def test_lost_ranges_between_partitions_read_ahead(kafka_broker):
 
 
 def test_available_now_assigns_the_next_batch_ahead_and_reads_each_row_once(kafka_broker, tmp_path, monkeypatch):
-    """Under AvailableNow the local runner's read leaves its first consumer assigned where the next
-    batch starts; the next batch consumes from it (no re-assign) and still reads exactly its range."""
+    """Under AvailableNow the local runner's read leaves its first consumer where the next batch
+    starts (still assigned, having consumed exactly up to there, or assigned there ahead), and the
+    plan of batch 0 assigns it where that batch starts; each batch consumes from it (no re-assign)
+    and still reads exactly its range."""
     import increments.sources.kafka.consume as consume_mod
     topic = create_topic(kafka_broker, partitions=2)
     for p in range(2):
@@ -456,7 +458,7 @@ def test_available_now_assigns_the_next_batch_ahead_and_reads_each_row_once(kafk
 
     def spy(c, t, p, s):
         if sys._getframe(1).f_code.co_name == "_read_ranges":   # a read wanting c at (t, p, s)
-            calls.append(((t, p, s), [(x.topic, x.partition, x.offset) for x in c.assignment()] == [(t, p, s)]))
+            calls.append(((t, p, s), consume_mod._holds(c, t, p, s)))
         return assign(c, t, p, s)
     monkeypatch.setattr(consume_mod, "_assign", spy)
     got, fn = _collect()
@@ -470,5 +472,6 @@ def test_available_now_assigns_the_next_batch_ahead_and_reads_each_row_once(kafk
     first = {}
     for tps, ahead in calls:
         first.setdefault(tps, ahead)        # when a read first wanted this start: assigned already?
-    assert [first[(topic, 0, s)] for s in (0, 10, 20, 30)] == [False, True, True, True]
+    # batch 0: assigned by its plan (latest_offset); later ones: left there by the previous read
+    assert [first[(topic, 0, s)] for s in (0, 10, 20, 30)] == [True, True, True, True]
     assert [first[(topic, 1, s)] for s in (0, 10, 20, 30)] == [False] * 4   # read ahead within a read only

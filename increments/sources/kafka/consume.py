@@ -39,6 +39,17 @@ def _binary_array(values: list, lens: list | None) -> pa.Array:
                                                             pa.py_buffer(b"".join(values))])
 
 
+def _repeated(text: str, n: int) -> pa.Array:
+    """A string array of `text` n times, built from its buffers (a dictionary array cast to string
+    costs ~20x more for a batch of 50 rows); past int32 offsets, by the dictionary cast."""
+    b = text.encode()
+    if (n + 1) * len(b) >= 1 << 31:
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                              pa.array([text], pa.string())).cast(pa.string())
+    offsets = np.arange(0, (n + 1) * len(b), len(b), dtype=np.int32) if b else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
 def _consume_step() -> int:
     """Messages per consume(): fewer than the cyclic GC's first threshold (700 allocations by default).
     Message objects are tracked by the GC; with tens of thousands alive at once (one large consume()
@@ -49,10 +60,21 @@ def _consume_step() -> int:
     return _CHUNK if first <= 0 else min(_CHUNK, max(50, first - 200))
 
 
+def _holds(c: Any, t: str, p: int, s: int) -> bool:
+    """Whether consumer c's next message is (t, p)'s offset s, with nothing else assigned: assigned
+    there ahead and not consumed from since (the assignment's offset, no position yet), or kept
+    assigned by a read that consumed exactly up to s - 1 (its position is s: librdkafka hands over
+    a partition's messages in order, so the next one it returns is the first at or after s)."""
+    a = c.assignment()
+    if len(a) != 1 or (a[0].topic, a[0].partition) != (t, p):
+        return False
+    pos = c.position([TopicPartition(t, p)])[0].offset
+    return pos == s if pos >= 0 else a[0].offset == s
+
+
 def _assign(c: Any, t: str, p: int, s: int) -> None:
-    """Assign consumer c to (t, p) from offset s, unless that is already its whole assignment
-    (made ahead, and not consumed from since: every read unassigns its consumer when done)."""
-    if [(x.topic, x.partition, x.offset) for x in c.assignment()] != [(t, p, s)]:
+    """Assign consumer c to (t, p) from offset s, unless it already holds exactly that (_holds)."""
+    if not _holds(c, t, p, s):
         c.assign([TopicPartition(t, p, s)])
 
 
@@ -91,48 +113,65 @@ class KafkaConsume:
                     self._loss(t, int(p), e, s, f"the partition now ends at {e} (topic deleted and recreated?)")
                 elif e > s:
                     ranges.append((t, int(p), s, e))
-        read = self._read_ranges(sorted(ranges), parse, skip)
-        self._assign_next_batch(end)
+        read = self._read_ranges(sorted(ranges), parse, skip, self._next_start(end))
         tables = [x for x, _ in read if x.num_rows]
         out = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
         if parse and out.num_rows and all(pieces is not None for _, pieces in read):
             self._parsed = _Parsed(out, self._parse_schema, [x for _, pieces in read for x in pieces])
         return out
 
-    def _read_ranges(self, ranges: list, parse: bool, skip: frozenset) -> list:
+    def _read_ranges(self, ranges: list, parse: bool, skip: frozenset, ahead: tuple | None = None) -> list:
         """Each (t, p, s, e) range in turn, one partition at a time (measured faster on Tansu than
         one consumer fetching all of them at once), on two consumers in turn: while one consumes a
         range, the other is already assigned to the next, so librdkafka's threads fetch it in the
         background (the first messages after an assign take 20-100 ms here, more than consuming
-        20k messages). Both are left unassigned (see _assign_next_batch)."""
+        20k messages). Afterwards both are unassigned, except, with `ahead` (t, p, s: where the next
+        read starts, see _next_start), the one that consumed (t, p) exactly up to s - 1: it stays
+        assigned, with what librdkafka fetched beyond the range already queued, and becomes the
+        first consumer (the next read consumes from it without an assign); if none did, the first
+        consumer is assigned there ahead."""
         readers = self._readers()
         out = []
+        kept = None
         try:
             if ranges:
-                _assign(readers[0], *ranges[0][:3])   # unless the previous read assigned it ahead
+                _assign(readers[0], *ranges[0][:3])   # unless the previous read left it there
             for i, (t, p, s, e) in enumerate(ranges):
                 if i + 1 < len(ranges):
                     _assign(readers[(i + 1) % 2], *ranges[i + 1][:3])
-                out.append(self._read_partition(t, p, s, e, parse, skip, reader=readers[i % 2]))
-        finally:
+                c = readers[i % 2]
+                out.append(self._read_partition(t, p, s, e, parse, skip, reader=c))
+                if kept is None and ahead is not None and _holds(c, *ahead):
+                    kept = c              # consumed exactly up to where the next read starts
+                else:
+                    c.unassign()
+        except BaseException:
             for c in readers:
                 c.unassign()
+            raise
+        for c in readers:
+            if c is not kept and c.assignment():
+                c.unassign()
+        if kept is not None and kept is not readers[0]:
+            readers.reverse()                      # the pair itself: the next read starts on `kept`
+        elif kept is None and ahead is not None:
+            _assign(readers[0], *ahead)
         return out
 
-    def _assign_next_batch(self, end: Any) -> None:
-        """Under AvailableNow in the local runner (read-ahead enabled), assign the first consumer to
-        where the next read() starts: the first partition (in read order) that ends before the
-        AvailableNow target, at this read's end. librdkafka fetches it while this batch is
-        processed and committed and the next one planned; the next read() consumes it if its first
-        range starts there, and otherwise re-assigns (_assign). Never for an open-ended stream (an
-        idle query would keep fetching)."""
+    def _next_start(self, end: Any) -> tuple | None:
+        """Under AvailableNow in the local runner (read-ahead enabled), where the next read() starts:
+        the first partition (in read order) that ends before the AvailableNow target, at this read's
+        end. librdkafka fetches it while this batch is processed and committed and the next one
+        planned (_read_ranges); the next read() consumes it if its first range starts there, and
+        otherwise re-assigns (_assign). None for an open-ended stream (an idle query would keep
+        fetching) and outside the local runner. Which offsets a read returns never depends on it."""
         if not self._parse_while_reading or self._target is None:
-            return
+            return None
         for t, p in sorted((t, int(p)) for t, ps in end.items() for p in ps):
             e = end[t][str(p)]
             if e < self._target.get(t, {}).get(str(p), 0):
-                _assign(self._readers()[0], t, p, e)
-                return
+                return t, p, e
+        return None
 
     def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False,
                         skip: frozenset = frozenset(), reader: Any = None) -> tuple[pa.Table, list | None]:
@@ -194,7 +233,7 @@ class KafkaConsume:
                     pieces.append(self._hand_to_parse(arr))
             piece, lens, pending = [], [], 0
 
-        _assign(c, t, p, s)   # unless assigned ahead (_read_ranges, _assign_next_batch)
+        _assign(c, t, p, s)   # unless it holds s already (_read_ranges)
         deadline = time.time() + self.fetch_timeout_s
         stall_at = time.time() + _STALL_S
         try:
@@ -239,8 +278,9 @@ class KafkaConsume:
                 del msgs   # before the next consume(): see _consume_step
                 if ended:
                     break
-        finally:
+        except BaseException:
             c.unassign()
+            raise
         if piece:
             close_piece()
         table, in_order = self._build(t, p, s, e, keys, chunks, offsets, stamps)
@@ -269,9 +309,7 @@ class KafkaConsume:
             n = len(off)
         stamp = (pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")) if ts is not None
                  else pa.nulls(n, pa.timestamp("us", tz="UTC")))
-        return pa.table([key if key is not None else pa.nulls(n, pa.binary()), value,
-                         pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
-                                                        pa.array([t], pa.string())).cast(pa.string()),
+        return pa.table([key if key is not None else pa.nulls(n, pa.binary()), value, _repeated(t, n),
                          pa.array(np.full(n, p, np.int32)), pa.array(off), stamp], schema=SCHEMA), in_order
 
     def _check_errors(self, msgs: list, t: str, p: int, e: int, last: int) -> bool:

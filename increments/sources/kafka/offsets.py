@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_END, TopicPartition
 
 from ...errors import DataLossError
 from ...redaction import logger as redacting_logger
+from .consume import _assign
 from .topics import recreated, reset_after
 
 log = redacting_logger("increments.sources.kafka")
@@ -115,6 +116,11 @@ class KafkaOffsets:
             end.setdefault(t, {})[str(p)] = max(e, s) if hi >= s else hi
         if limited and self.max_offsets_per_trigger:
             end = self._rate_limit(start, end)
+        if self._parse_while_reading:   # the local runner reads it next: fetched while offsets[N] is written
+            first = min(((t, int(p)) for t, ps in end.items() for p, e in ps.items()
+                         if e > start.get(t, {}).get(p, 0)), default=None)
+            if first is not None:
+                _assign(self._readers()[0], *first, start.get(first[0], {}).get(str(first[1]), 0))
         return end
 
     def _rate_limit(self, start: dict, end: dict) -> dict:
@@ -135,6 +141,8 @@ class KafkaOffsets:
         return any(e != start.get(t, {}).get(p, 0) for t, ps in end.items() for p, e in ps.items())
 
     def prepare_available_now(self) -> None:
+        if self._parse_while_reading:
+            self._readers()   # the local runner's read consumers connect while the ends are probed
         parts = self._partitions()
         self._target = {t: {} for t in parts}
         for (t, p), (lo, hi) in self._watermarks(parts, low=False).items():

@@ -10,6 +10,7 @@ from ..base import Source
 from .consume import SCHEMA, KafkaConsume
 from .offsets import KafkaOffsets, _starting_offsets
 from .parse import _Parsed, KafkaParse
+from .topics import request_topic_ids
 
 
 class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
@@ -17,7 +18,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
     _per_query = {"read_metrics": {}, "_consumer": None, "_reader_pair": None, "_target": None,
                   "_parse_schema": None,
                   "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None,
-                  "_admin": None, "_epochs": None}
+                  "_admin": None, "_epochs": None, "_ids_ahead": None}
 
     def __init__(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
                  starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
@@ -49,6 +50,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         self._pool: Any = None
         self._admin: Any = None
         self._epochs: list | None = None          # sources/<i>/topic_ids.json, cached
+        self._ids_ahead: tuple | None = None      # (asked at, DescribeTopics futures): topics.request_topic_ids
 
     # -- description / schema -------------------------------------------------------------------
     @property
@@ -85,8 +87,15 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         conf.update(self.client_config)
         return Consumer(conf)
 
+    def commit(self, end: Any) -> None:
+        """After commits[N]: under AvailableNow in the local runner the next plan follows at once;
+        its check of the topics' ids is asked now (topics.py)."""
+        if self._parse_while_reading and self._target is not None and self.checkpoint is not None:
+            request_topic_ids(self)
+
     def close(self) -> None:
         self._parsed = None
+        self._ids_ahead = None
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None

@@ -5,10 +5,19 @@ The source keeps sources/<i>/topic_ids.json: [{"ids": {topic: id}, "reset_after"
 A plan that finds a topic's id changed since the query read from it raises DataLossError, or (with
 fail_on_data_loss=False) records an epoch whose reset_after is the batch's start: that batch (and
 its redo, or a re-plan after a crash) reads those topics from their new beginning.
+
+The ids are asked with one DescribeTopics request per plan. Under AvailableNow in the local runner,
+where the next plan follows a commit at once, the source asks right after commits[N]
+(`request_topic_ids`, from KafkaSource.commit) and plan N+1 takes that answer if it is at most
+_AHEAD_MAX_AGE_S old (the broker's round trip then overlaps the end of batch N). Either way the
+ids are those of a moment after batch N read and before batch N+1 reads, which is what the check
+can vouch for: a topic recreated between the check and the read is found by the read (offsets
+out of range, the partition's end) or by the next plan.
 """
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from confluent_kafka import TopicCollection
@@ -20,13 +29,35 @@ from ...redaction import logger as redacting_logger
 log = redacting_logger("increments.sources.kafka")
 
 
-def topic_ids(src) -> dict[str, str]:
-    """Each subscribed topic's id (one DescribeTopics request); {} when the broker cannot tell."""
+#: the oldest answer to a DescribeTopics asked ahead (request_topic_ids) a plan takes
+_AHEAD_MAX_AGE_S = 0.5
+
+
+def _describe(src) -> dict:
+    if src._admin is None:
+        src._admin = AdminClient({"bootstrap.servers": src.bootstrap_servers, **src.client_config})
+    return src._admin.describe_topics(TopicCollection(src.topics), request_timeout=10)
+
+
+def request_topic_ids(src) -> None:
+    """Ask for the subscribed topics' ids now, for the next plan's topic_ids (module doc)."""
     try:
-        if src._admin is None:
-            src._admin = AdminClient({"bootstrap.servers": src.bootstrap_servers, **src.client_config})
+        src._ids_ahead = (time.monotonic(), _describe(src))
+    except Exception:  # noqa: BLE001 - the plan then asks itself
+        src._ids_ahead = None
+
+
+def topic_ids(src) -> dict[str, str]:
+    """Each subscribed topic's id (one DescribeTopics request, or the answer to the one asked
+    ahead if recent: module doc); {} when the broker cannot tell."""
+    ahead, src._ids_ahead = src._ids_ahead, None
+    try:
+        if ahead is not None and time.monotonic() - ahead[0] <= _AHEAD_MAX_AGE_S:
+            futures = ahead[1]
+        else:
+            futures = _describe(src)
         out = {}
-        for t, fut in src._admin.describe_topics(TopicCollection(src.topics), request_timeout=10).items():
+        for t, fut in futures.items():
             try:
                 tid = fut.result().topic_id
             except Exception:  # noqa: BLE001 - the topic does not exist (yet): nothing to compare
