@@ -180,6 +180,12 @@ class StateStoreProvider(ABC):
         again either way."""
         return False
 
+    def warm(self, operator: str, partition: int) -> None:
+        """Prepare what ``open(operator, partition, ...)`` will need that does not depend on the
+        version (a local cache to open, say), ahead of the first open. Never loads or checks a
+        version, never writes to the checkpoint; open() does everything it needs either way.
+        Default: nothing."""
+
     @abstractmethod
     def latest_version(self, operator: str, partition: int) -> int: ...
 

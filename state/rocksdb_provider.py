@@ -102,6 +102,13 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         return (w is not None and token is not None and version >= 0 and w.version == version
                 and w.token == token and self._verified.get(key) == (version, token, w.rows))
 
+    def warm(self, operator: str, partition: int) -> None:
+        """Open the working copy of (operator, partition) as it stands (opening or creating a
+        RocksDB takes milliseconds of fsyncs); the first open() then only checks which version it
+        holds (``_load``: it is rebuilt unless it holds exactly the version asked for)."""
+        if (operator, partition) not in self._working:
+            self._open_working(operator, partition)
+
     def _open_working(self, operator: str, partition: int, fill=None) -> Working:
         """Open this provider's working copy of the store: ``db`` when it can claim the store
         directory, else a private per-process copy (state.working). With ``fill``, the copy is

@@ -113,6 +113,8 @@ class StreamingQuery:
     def _run(self) -> None:
         rt = self._rt
         try:
+            # the state's local caches open while the start-up below waits on the broker, listing, fsyncs
+            rt.state.warm([op.operator_id for op in rt.plan.stateful_ops])
             for i, src in enumerate(rt.sources):   # this runner runs the next batches in this process
                 src.enable_read_ahead(rt.plan.scan_columns.get(i))
                 prepare = _prepare_hook(rt, i)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from state.base import StateStoreProvider
+
 from ..storage import Location
 
 
@@ -34,6 +36,7 @@ class StateManager:
         self.local_dir = local_dir
         self._provider = None
         self._open: dict[str, list[Any]] = {}
+        self._warming: list = []                  # futures of warm()
         self._pool: ThreadPoolExecutor | None = None
         self._base: tuple[int, dict[str, list]] = (-1, {})       # (version, tokens) the stores open at
         self.committed: tuple[int, dict[str, list]] | None = None  # (batch, tokens) in this runner's commits[batch]
@@ -57,9 +60,28 @@ class StateManager:
         ts = tokens.get(operator_id) or []
         return ts[partition] if partition < len(ts) else None
 
+    def warm(self, operator_ids: list[str]) -> None:
+        """The local runner's start: let the provider prepare every partition of these operators
+        (StateStoreProvider.warm: RocksDB opens its working copies) on the state pool, while the
+        runner's start-up and first plan wait on the broker, the listing and their fsyncs. The first
+        stores_for (and close) waits for it; a failure there is ignored (the open meets it again)."""
+        if not operator_ids:
+            return
+        provider = self.provider
+        if type(provider).warm is StateStoreProvider.warm:
+            return
+        pool = self._state_pool()
+        self._warming = [pool.submit(provider.warm, op, p) for op in operator_ids for p in range(self.partitions)]
+
+    def _await_warm(self) -> None:
+        warming, self._warming = self._warming, []
+        for f in warming:
+            f.exception()
+
     def stores_for(self, operator_id: str, batch_id: int) -> list[Any]:
         stores = self._open.get(operator_id)
         if stores is None:
+            self._await_warm()
             provider = self.provider
             v = batch_id - 1
             tokens = [self._token(operator_id, p, v) for p in range(self.partitions)]
@@ -88,12 +110,10 @@ class StateManager:
                         on_error(r)
                 raise
             return results
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=min(8, max(2, self.partitions)),
-                                            thread_name_prefix="increments-state")
+        pool = self._state_pool()
         # the first call runs on this thread, which would otherwise only wait (one thread hand-off
         # less per batch: on a busy machine each wake-up waits for a core)
-        futures = [self._pool.submit(c) for c in calls[1:]]
+        futures = [pool.submit(c) for c in calls[1:]]
         results: list = [None]
         errors: list = [None]
         try:
@@ -110,6 +130,12 @@ class StateManager:
                         on_error(r)
             raise first
         return results
+
+    def _state_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=min(8, max(2, self.partitions)),
+                                            thread_name_prefix="increments-state")
+        return self._pool
 
     def metrics(self, operator_id: str) -> dict[str, int]:
         total = {"num_rows_total": 0, "num_rows_updated": 0, "num_rows_removed": 0, "memory_used_bytes": 0}
@@ -145,6 +171,7 @@ class StateManager:
         self._open.clear()
 
     def close(self) -> None:
+        self._await_warm()
         self.abort_all()
         if self._pool is not None:
             self._pool.shutdown(wait=True)

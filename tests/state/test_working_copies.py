@@ -78,6 +78,31 @@ def test_a_tampered_working_copy_is_rebuilt(request, tmp_path, storage):
             assert (s._w.token, s._w.rows) == (token, rows), what
 
 
+@pytest.mark.parametrize("storage", STORAGES)
+def test_a_working_copy_warmed_ahead_is_checked_at_open_like_any_other(request, tmp_path, storage):
+    """warm() (the local runner's start) opens the working copy before the first open(), which
+    still serves exactly the version asked for: the one the copy holds as it is, another one rebuilt,
+    a store never written empty. A warm that fails leaves the error to open()."""
+    ckpt, conf, models, path, token, lineage = _built(request, tmp_path, storage)
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        p.warm("op", 0)
+        s = p.open("op", 0, 4, token)
+        assert content(s) == models[4] and s._w.path == path
+    with make_provider("rocksdb", ckpt, **conf) as p:
+        p.warm("op", 0)
+        assert content(p.open("op", 0, 2)) == models[2]
+        p.warm("op", 1)
+        assert content(p.open("op", 1, -1)) == {}
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with make_provider("rocksdb", ckpt, local_dir=str(shared)) as p:
+        with pytest.raises(Exception, match="can be written by other users"):
+            p.warm("op", 0)
+        with pytest.raises(StateStoreError, match="can be written by other users"):
+            p.open("op", 0, -1)
+
+
 ROOT_ONLY = pytest.mark.skipif(os.getuid() != 0, reason="only root can give a directory to another user (chown)")
 
 
