@@ -27,9 +27,12 @@ Contracts:
   range, or no answer within 1 s, at its start -> probe that partition, then the rule above).
 - read() consumes one partition at a time on two consumers in turn, the next partition assigned
   ahead on the other one (librdkafka fetches it meanwhile); probes use a third consumer. Under
-  AvailableNow in the local runner, the first consumer is left assigned where the next batch's
-  read starts (fetched while this batch is processed and committed); a read that starts
-  elsewhere re-assigns. Which offsets a read returns never depends on it.
+  AvailableNow in the local runner, the first consumer is left where the next batch's read starts
+  (fetched while this batch is processed and committed): still assigned when it consumed exactly
+  up to there, with what librdkafka fetched beyond already queued, else assigned there; and the
+  plan of a batch assigns it where that batch's read starts. A read that starts elsewhere
+  re-assigns. Which offsets a read returns never depends on it. The plan's topic-id check
+  (topics.py) is asked right after the previous commit in that mode.
 - parse_json right on the value column (ParseJsonOp calls `parse_values_as`): while a batch is
   read, the values are also parsed as JSON lines on two worker threads, in pieces of about 2 MiB
   (Arrow binary arrays; the join and the parse hold no GIL), as the next messages are consumed;
