@@ -31,8 +31,8 @@ Contracts:
   (fetched while this batch is processed and committed): still assigned when it consumed exactly
   up to there, with what librdkafka fetched beyond already queued, else assigned there; and the
   plan of a batch assigns it where that batch's read starts. A read that starts elsewhere
-  re-assigns. Which offsets a read returns never depends on it. The plan's topic-id check
-  (topics.py) is asked right after the previous commit in that mode.
+  re-assigns. Which offsets a read returns never depends on it. In that mode the next plan's
+  topic-id check (topics.py) is asked at the end of each read.
 - parse_json right on the value column (ParseJsonOp calls `parse_values_as`): while a batch is
   read, the values are also parsed as JSON lines on two worker threads, in pieces of about 2 MiB
   (Arrow binary arrays; the join and the parse hold no GIL), as the next messages are consumed;

@@ -16,6 +16,7 @@ from confluent_kafka import Message, TopicPartition
 
 from ...errors import DataLossError
 from .parse import _Parsed
+from .topics import request_topic_ids
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                     ("partition", pa.int32()), ("offset", pa.int64()),
@@ -114,6 +115,8 @@ class KafkaConsume:
                 elif e > s:
                     ranges.append((t, int(p), s, e))
         read = self._read_ranges(sorted(ranges), parse, skip, self._next_start(end))
+        if self._parse_while_reading and self._target is not None and self.checkpoint is not None:
+            request_topic_ids(self)   # the next plan's topic-id check, answered while this batch runs
         tables = [x for x, _ in read if x.num_rows]
         out = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
         if parse and out.num_rows and all(pieces is not None for _, pieces in read):

@@ -10,7 +10,6 @@ from ..base import Source
 from .consume import SCHEMA, KafkaConsume
 from .offsets import KafkaOffsets, _starting_offsets
 from .parse import _Parsed, KafkaParse
-from .topics import request_topic_ids
 
 
 class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
@@ -86,12 +85,6 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
                 "fetch.queue.backoff.ms": 5}
         conf.update(self.client_config)
         return Consumer(conf)
-
-    def commit(self, end: Any) -> None:
-        """After commits[N]: under AvailableNow in the local runner the next plan follows at once;
-        its check of the topics' ids is asked now (topics.py)."""
-        if self._parse_while_reading and self._target is not None and self.checkpoint is not None:
-            request_topic_ids(self)
 
     def close(self) -> None:
         self._parsed = None

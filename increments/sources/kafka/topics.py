@@ -7,12 +7,12 @@ fail_on_data_loss=False) records an epoch whose reset_after is the batch's start
 its redo, or a re-plan after a crash) reads those topics from their new beginning.
 
 The ids are asked with one DescribeTopics request per plan. Under AvailableNow in the local runner,
-where the next plan follows a commit at once, the source asks right after commits[N]
-(`request_topic_ids`, from KafkaSource.commit) and plan N+1 takes that answer if it is at most
-_AHEAD_MAX_AGE_S old (the broker's round trip then overlaps the end of batch N). Either way the
-ids are those of a moment after batch N read and before batch N+1 reads, which is what the check
-can vouch for: a topic recreated between the check and the read is found by the read (offsets
-out of range, the partition's end) or by the next plan.
+where the next plan follows the batch at once, the source asks when batch N's read() has consumed its
+ranges (`request_topic_ids`, consume.py) and plan N+1 takes that answer if it is at most
+_AHEAD_MAX_AGE_S old (the broker's round trip then overlaps batch N's process, write and commit).
+Either way the ids are those of a moment after batch N read and before batch N+1 reads, which is
+what the check can vouch for: a topic recreated between the check and the read is found by the
+read (offsets out of range, the partition's end) or by the next plan.
 """
 from __future__ import annotations
 
