@@ -237,6 +237,7 @@ class PartitionStateManager(StateManager):
     def stores_for(self, operator_id: str, batch_id: int) -> list[Any]:
         stores = self._open.get(operator_id)
         if stores is None:
+            self._base_manager._await_warm()        # the shared provider's working copies (StateManager.warm)
             p, v = self.partition, batch_id - 1
             real = self.provider.open(operator_id, p, v, self._token(operator_id, p, v))
             stores = [real if i == p else _Elsewhere(operator_id, i, p) for i in range(self.partitions)]
