@@ -156,6 +156,25 @@ class MemoryStateStore(StateStore):
         s.bytes -= sum(map(len, gone)) + sum(map(len, gone_olds))
         self._removed += len(gone)
 
+    def remove_many(self, keys: list[bytes]) -> None:
+        """``delete_many`` without sorting out absent keys (the caller knows each one is stored);
+        should one be absent after all, the result is still delete_many's."""
+        s = self._s
+        olds = list(map(s.data.pop, keys, repeat(None)))
+        if None in olds:
+            for k, old in zip(keys, olds):            # put back, then the general path
+                if old is not None:
+                    s.data[k] = old
+            self.delete_many(keys)
+            return
+        if not keys:
+            return
+        self._bulk_undo(keys, olds, None)
+        if s.index is not None:
+            s.index.discard_many(keys)
+        s.bytes -= sum(map(len, keys)) + sum(map(len, olds))
+        self._removed += len(keys)
+
     def _undo_log(self) -> dict[bytes, bytes | None]:
         """The undo log (key -> value at load, None: absent), with a kept put_many folded in first."""
         if self._bulk is not None:

@@ -691,3 +691,35 @@ def test_remove_many_is_the_delete_loop_for_stored_keys(make):
     assert [k for k, _ in s.iter_all()] == sorted(model)
     s.commit(1)
     assert content(make(local="w2").open("op", 0, 1)) == model
+
+
+def test_a_popped_range_then_puts_in_it(make):
+    """An eviction that empties a range (pop_range_keys) and puts inside that range afterwards in the
+    same batch: the store that committed (RocksDB: its working copy, where the range is one range
+    tombstone), a reload from the checkpoint and the next batch all hold the puts and none of the
+    popped rows."""
+    p = make()
+    s = p.open("op", 0, -1)
+    keys = [K((i,)) for i in range(5000)]
+    s.insert_many(keys, [b"v%d" % i for i in range(5000)])
+    s.commit(0)
+    model = {k: b"v%d" % i for i, k in enumerate(keys)}
+    got = s.pop_range_keys(None, K((3000,)))
+    assert got == keys[:3000]
+    s.put(K((10,)), b"back")                              # inside the popped range
+    s.put_many([K((20,)), K((6000,))], [b"again", b"new"])
+    s.delete(K((4000,)))                                  # outside it
+    for k in got:
+        model.pop(k)
+    model.update({K((10,)): b"back", K((20,)): b"again", K((6000,)): b"new"})
+    model.pop(K((4000,)))
+    s.commit(1)
+    assert content(s) == model and s.metrics().num_rows_total == len(model)
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+    assert s.multi_get([K((5,)), K((10,)), K((2999,))]) == [None, b"back", None]
+    assert content(make(local="w2").open("op", 0, 1)) == model
+    assert s.pop_range_keys(K((15,)), K((3000,))) == [K((20,))]      # the next batch, on the same copy
+    model.pop(K((20,)))
+    s.commit(2)
+    assert content(s) == model
+    assert content(make(local="w3").open("op", 0, 2)) == model
