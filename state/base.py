@@ -83,6 +83,11 @@ class StateStore(ABC):
         None, e.g. by ``multi_get``): a provider may skip looking them up again."""
         self.put_many(keys, values)
 
+    def insert_columns(self, keys, values) -> None:
+        """``insert_many`` for keys and values given as Arrow binary arrays (the memory provider may
+        keep them as arrays: state.memory_runs)."""
+        self.insert_many(keys.to_pylist(), values.to_pylist())
+
     @abstractmethod
     def delete(self, key: bytes) -> None: ...
 

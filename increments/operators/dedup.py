@@ -27,9 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import encode_keys
+from state.columnar import encode_key_array, encode_keys
 from state.columnar_values import encode_values
 from state.encoding import encode_value
+from state.memory_runs import empty_values
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
@@ -154,12 +155,14 @@ class DeduplicateOp(PhysicalOp):
                 new_rows = rows[fresh]
                 emit[new_rows] = True
                 # the keys just read as absent: insert_many (no second lookup); the index's keys are new
-                # too (an (expiry, key) pair of a key absent from the store is absent from the index)
+                # too (an (expiry, key) pair of a key absent from the store is absent from the index),
+                # as Arrow columns (the memory store keeps them so: state.memory_runs)
                 if self.within:
                     exp = expiry.take(new_rows)
                     store.insert_many(new_keys, encode_values([exp]))
-                    idx.insert_many(encode_keys([exp] + [cand.column(c).take(new_rows) for c in self.key_cols]),
-                                    [b""] * len(new_keys))
+                    if len(new_rows):
+                        ik = encode_key_array([exp] + [cand.column(c).take(new_rows) for c in self.key_cols])
+                        idx.insert_columns(ik, empty_values(len(ik)))
                 else:
                     store.insert_many(new_keys, [_EMPTY] * len(new_keys))
             self._evict(ctx, store, idx)
