@@ -111,7 +111,7 @@ class MemoryStateStore(StateStore):
     def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         s = self._s
         if self._cols and not self._undo and self._bulk is None:
-            return self._pop_runs(start, end)
+            return mr.as_list(self._pop_runs(start, end))
         if self._cols:
             self._to_dict()
         keys = s.ordered().pop_range(start, end)
@@ -122,9 +122,15 @@ class MemoryStateStore(StateStore):
             self._removed += len(keys)
         return keys
 
-    def _pop_runs(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+    def pop_range_columns(self, start: bytes | None, end: bytes | None):
+        if self._cols and not self._undo and self._bulk is None:
+            return mr.as_array(self._pop_runs(start, end))
+        return mr.as_array(self.pop_range_keys(start, end))
+
+    def _pop_runs(self, start: bytes | None, end: bytes | None):
         """pop_range_keys in run mode: from the runs by Arrow compares, from the dict (rows it held at
-        load) through the index; recorded for the changelog, abort and _to_dict."""
+        load) through the index; recorded for the changelog, abort and _to_dict. The keys in order: an
+        Arrow array when they all come from committed runs, else a list."""
         s = self._s
         if self._runs0 is None:
             self._runs0 = list(s.runs)
@@ -132,7 +138,10 @@ class MemoryStateStore(StateStore):
         s.runs = kept
         dkeys = s.ordered().pop_range(start, end) if s.data else []
         dolds = list(map(s.data.pop, dkeys))
-        other_k, other_v = mr.sorted_lists(ok, ov) if ok is not None else ([], [])
+        if ok is not None and not dkeys and nk is None:        # only committed runs' rows: kept as arrays
+            other_k, other_v = mr.sorted_arrays(ok, ov)
+        else:
+            other_k, other_v = mr.sorted_lists(ok, ov) if ok is not None else ([], [])
         if dkeys:
             other_k, other_v = sorted_pairs(other_k + dkeys, other_v + dolds) if other_k else (dkeys, dolds)
         new_sorted = mr.sorted_lists(nk)[0] if nk is not None else []
@@ -185,7 +194,7 @@ class MemoryStateStore(StateStore):
             return
         undo = dict.fromkeys(ins[0].to_pylist()) if ins is not None else {}
         for other_k, other_v, _, _, _ in pops:
-            deque(map(undo.setdefault, other_k, other_v), maxlen=0)
+            deque(map(undo.setdefault, mr.as_list(other_k), mr.as_list(other_v)), maxlen=0)
         self._undo, self._bulk = undo, None
 
     # -- writes ------------------------------------------------------------------------
@@ -323,7 +332,7 @@ class MemoryStateStore(StateStore):
                 keys.append(ik)
                 values.append(iv)
             for other_k, _, _, _, _ in self._pops:
-                if other_k:
+                if len(other_k):
                     keys.append(other_k)
                     values.append(None)
             return mr.changes(keys, values)

@@ -105,3 +105,17 @@ def plain(arr) -> "pa.Array":
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     return arr if arr.type == pa.binary() else arr.cast(pa.binary())
+
+
+def sorted_arrays(keys: "pa.Array", values: "pa.Array") -> "tuple[pa.Array, pa.Array]":
+    """The keys in byte order and the values in the same order, as arrays."""
+    order = pc.sort_indices(keys)
+    return keys.take(order), values.take(order)
+
+
+def as_list(x) -> list:
+    return x.to_pylist() if isinstance(x, pa.Array) else x
+
+
+def as_array(x) -> "pa.Array":
+    return x if isinstance(x, pa.Array) else pa.array(x, pa.binary())

@@ -173,11 +173,29 @@ class DeduplicateOp(PhysicalOp):
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            ikeys = index.pop_range_keys(None, end)
-            if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
-                store.remove_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])    # each one stored
+            ikeys = index.pop_range_columns(None, end)
+            if len(ikeys):   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
+                store.remove_many(_after_expiry(ikeys))     # each one stored
         elif self.time_in_key:
             store.delete_range(None, end)
+
+
+def _after_expiry(ikeys: pa.Array) -> list[bytes]:
+    """The store keys of expiry-index keys: what follows the expiry's encoding (9 bytes for an int, 1
+    for a null), sliced in Arrow when every expiry is an int."""
+    if ikeys.null_count == 0 and ikeys.type == pa.binary():
+        n = len(ikeys)
+        offs = np.frombuffer(ikeys.buffers()[1], np.int32, n + 1, ikeys.offset * 4)
+        lo = int(offs[0])
+        data = np.frombuffer(ikeys.buffers()[2], np.uint8, int(offs[-1]) - lo, lo)
+        starts = offs[:-1] - lo
+        if (np.diff(offs) > 9).all() and (data[starts] == 0x10).all():
+            keep = np.ones(len(data), np.bool_)        # (pc.binary_slice fails on sliced arrays in pyarrow 26)
+            keep[(starts[:, None] + np.arange(9)).ravel()] = False
+            tails = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer((offs - lo - 9 * np.arange(n + 1)).astype(np.int32)),
+                                                           pa.py_buffer(data[keep])])
+            return tails.to_pylist()
+    return [k[9:] if k[0] == 0x10 else k[1:] for k in ikeys.to_pylist()]
 
 
 def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:
