@@ -38,7 +38,7 @@ def best(f, rounds: int) -> tuple[float, float, object]:
 
 def main() -> None:
     import high_cardinality as hc
-    import pyarrow as pa
+
     from increments.operators.partitioning import partition_ids
     from increments.sql import duckdb_connection
     from state import files
@@ -54,9 +54,9 @@ def main() -> None:
     path = hc.generate(a.dir, a.rows, a.keys, 4, "bigint")
     con = duckdb_connection()
     sql = f"SELECT k, count(*) AS count FROM read_parquet('{path}/*.parquet') GROUP BY k"
-    load = "load %.1f/%.1f/%.1f" % os.getloadavg()
+    load = "load {:.1f}/{:.1f}/{:.1f}".format(*os.getloadavg())
     print(f"count floor: {a.rows:,} rows into {a.keys:,} keys, memory store's per-key contract   ({load})")
-    d_cpu, d_wall, groups = best(lambda: con.sql(sql).to_arrow_table(), a.rounds)
+    _, d_wall, groups = best(lambda: con.sql(sql).to_arrow_table(), a.rounds)
     # DuckDB's own threads: its process CPU is what high_cardinality.py reports; thread CPU misses them
     c0 = time.process_time()
     con.sql(sql).to_arrow_table()
@@ -84,12 +84,12 @@ def main() -> None:
     floor = sum(c for _, c in steps)
     print(f"  {'sum: the floor beyond the GROUP BY':46s} cpu {floor * 1e3:7.1f} ms")
     print(f"duckdb one-shot GROUP BY k: wall {d_wall:.3f} s, process cpu {d_proc:.3f} s (all its threads)   "
-          f"({'load %.1f/%.1f/%.1f' % os.getloadavg()})")
+          f"(load {os.getloadavg()[0]:.1f}/{os.getloadavg()[1]:.1f}/{os.getloadavg()[2]:.1f})")
     warm = hc.generate(a.dir, 2000, 1000, 1, "bigint")
     hc.run_engine(warm, "count", "memory", "bigint")
     e = min((hc.run_engine(path, "count", "memory", "bigint")[0], hc.run_engine.cpu) for _ in range(2))
     print(f"engine count, memory store: wall {e[0]:.2f} s, cpu {e[1]:.2f} s   "
-          f"({'load %.1f/%.1f/%.1f' % os.getloadavg()})")
+          f"(load {os.getloadavg()[0]:.1f}/{os.getloadavg()[1]:.1f}/{os.getloadavg()[2]:.1f})")
     print(f"floor alone / DuckDB wall: {floor / d_wall:.1f}x; (DuckDB wall + floor) / DuckDB wall: "
           f"{(d_wall + floor) / d_wall:.1f}x (target 4x); engine / DuckDB wall: {e[0] / d_wall:.1f}x; "
           f"engine / (DuckDB + floor): {e[0] / (d_wall + floor):.2f}x")

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import is_, is_not
-from typing import Iterator
 
 from . import files
+from . import memory_runs as mr
 from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
-from . import memory_runs as mr
 from .sortedkeys import SortedKeys, sorted_pairs
 
 _ROW_OVERHEAD = 120  # rough per-row cost of dict entry + bytes headers + index slot
@@ -61,7 +61,7 @@ class _Loaded:
 
 
 class MemoryStateStore(StateStore):
-    def __init__(self, provider: "MemoryStateStoreProvider", operator: str, partition: int,
+    def __init__(self, provider: MemoryStateStoreProvider, operator: str, partition: int,
                  loaded: _Loaded):
         self._provider, self.operator, self.partition = provider, operator, partition
         self._s = loaded

@@ -18,7 +18,7 @@ pc = lazy_module("pyarrow.compute")
 Run = tuple  # (keys: pa.Array of binary, values: pa.Array of binary, new: bool -- inserted by this batch)
 
 
-def range_mask(keys: "pa.Array", start: bytes | None, end: bytes | None) -> "pa.Array | None":
+def range_mask(keys: pa.Array, start: bytes | None, end: bytes | None) -> pa.Array | None:
     """start <= key < end for each key (None: every key)."""
     masks = []
     if start is not None:
@@ -30,12 +30,12 @@ def range_mask(keys: "pa.Array", start: bytes | None, end: bytes | None) -> "pa.
     return masks[0] if len(masks) == 1 else pc.and_(masks[0], masks[1])
 
 
-def nbytes(arr: "pa.Array") -> int:
+def nbytes(arr: pa.Array) -> int:
     """The total length of the values of a binary array."""
     return int(pc.sum(pc.binary_length(arr)).as_py() or 0) if len(arr) else 0
 
 
-def _concat(parts: list) -> "pa.Array | None":
+def _concat(parts: list) -> pa.Array | None:
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
@@ -64,7 +64,7 @@ def pop_runs(runs: list[Run], start: bytes | None, end: bytes | None):
             (_concat(popped[False][0]), _concat(popped[False][1])))
 
 
-def sorted_lists(keys: "pa.Array", values: "pa.Array | None" = None) -> tuple[list[bytes], list | None]:
+def sorted_lists(keys: pa.Array, values: pa.Array | None = None) -> tuple[list[bytes], list | None]:
     """The keys in byte order as a list, and the values in the same order (if given)."""
     order = pc.sort_indices(keys)
     return keys.take(order).to_pylist(), (values.take(order).to_pylist() if values is not None else None)
@@ -78,19 +78,19 @@ def compact(runs: list[Run], most: int = 8) -> list[Run]:
     return runs
 
 
-def empty_values(n: int) -> "pa.Array":
+def empty_values(n: int) -> pa.Array:
     """n empty binary values (an index's values), without a Python object per row."""
     import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int32)), pa.py_buffer(b"")])
 
 
-def null_where_in(keys: "pa.Array", values: "pa.Array", gone: list) -> "pa.Array":
+def null_where_in(keys: pa.Array, values: pa.Array, gone: list) -> pa.Array:
     """``values`` with a null wherever the key is one of the arrays ``gone`` (deleted since)."""
     mask = pc.is_in(keys, value_set=_concat(gone))
     return pc.if_else(mask, pa.scalar(None, values.type), values)
 
 
-def changes(keys: list, values: list) -> "tuple[pa.Array, pa.Array]":
+def changes(keys: list, values: list) -> tuple[pa.Array, pa.Array]:
     """One (keys, values) pair of binary arrays from parts: keys as arrays or lists of bytes, values as
     arrays, or None for a part of deletes (nulls)."""
     ks = [k if isinstance(k, pa.Array) else pa.array(k, pa.binary()) for k in keys]
@@ -100,14 +100,14 @@ def changes(keys: list, values: list) -> "tuple[pa.Array, pa.Array]":
     return ((_concat(ks), _concat(vs)) if ks else (pa.array([], pa.binary()), pa.array([], pa.binary())))
 
 
-def plain(arr) -> "pa.Array":
+def plain(arr) -> pa.Array:
     """One binary array (a chunked array combined, large_binary or other binary-like cast)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     return arr if arr.type == pa.binary() else arr.cast(pa.binary())
 
 
-def sorted_arrays(keys: "pa.Array", values: "pa.Array") -> "tuple[pa.Array, pa.Array]":
+def sorted_arrays(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, pa.Array]:
     """The keys in byte order and the values in the same order, as arrays."""
     order = pc.sort_indices(keys)
     return keys.take(order), values.take(order)
@@ -117,5 +117,5 @@ def as_list(x) -> list:
     return x.to_pylist() if isinstance(x, pa.Array) else x
 
 
-def as_array(x) -> "pa.Array":
+def as_array(x) -> pa.Array:
     return x if isinstance(x, pa.Array) else pa.array(x, pa.binary())

@@ -22,12 +22,12 @@ sha1(checkpoint url)[:16])`` (0700, refused when another user owns it or others 
 from __future__ import annotations
 
 import fcntl
-from collections import deque
 import json
 import os
 import shutil
 import uuid
-from typing import Sequence
+from collections import deque
+from collections.abc import Sequence
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
