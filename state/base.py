@@ -37,6 +37,7 @@ from typing import Iterator
 from increments import storage
 
 from .encoding import prefix_end
+from .memory_runs import as_array
 
 
 class StateStoreError(RuntimeError):
@@ -83,6 +84,11 @@ class StateStore(ABC):
         None, e.g. by ``multi_get``): a provider may skip looking them up again."""
         self.put_many(keys, values)
 
+    def insert_columns(self, keys, values) -> None:
+        """``insert_many`` for keys and values given as Arrow binary arrays (the memory provider may
+        keep them as arrays: state.memory_runs)."""
+        self.insert_many(keys.to_pylist(), values.to_pylist())
+
     @abstractmethod
     def delete(self, key: bytes) -> None: ...
 
@@ -118,6 +124,11 @@ class StateStore(ABC):
         keys = self.range_keys(start, end)
         self.delete_many(keys)
         return keys
+
+    def pop_range_columns(self, start: bytes | None, end: bytes | None):
+        """``pop_range_keys`` with the keys as one Arrow binary array (the memory provider may hand
+        over the arrays it holds: state.memory_runs)."""
+        return as_array(self.pop_range_keys(start, end))
 
     def delete_range(self, start: bytes | None, end: bytes | None) -> int:
         """Delete rows with start <= key < end; returns the number of rows removed."""

@@ -32,8 +32,11 @@ SMALL = 256
 def binary_array(items: Sequence[bytes | None]) -> "pa.Array":
     """``pa.array(items, pa.binary())`` as one array (large_binary beyond 2 GiB, where pa.array would
     give a chunked array). pyarrow 26's own conversion is 4-5x quicker than a join and a length pass."""
+    if isinstance(items, (pa.Array, pa.ChunkedArray)):                 # already Arrow (state.memory_runs)
+        arr = items.combine_chunks() if isinstance(items, pa.ChunkedArray) else items
+        return arr if arr.type in (pa.binary(), pa.large_binary()) else arr.cast(pa.binary())
     n = len(items)
-    if n >= SMALL and items.count(None) == n:                  # a changelog of deletes
+    if n >= SMALL and items[0] is None and items.count(None) == n:     # a changelog of deletes
         return pa.nulls(n, pa.binary())
     arr = pa.array(items, pa.binary())
     if isinstance(arr, pa.Array):

@@ -15,18 +15,27 @@ Abort restores the loaded version from an undo log (no copy of the state is take
 The sorted key index (for range scans and snapshots) is built at the first ordered read, then kept
 up to date: a store that is only read and written by key (a dedup's keys, a count's groups) never
 pays for keeping its keys in order.
+
+Rows inserted by ``insert_columns`` (Arrow arrays: a dedup's expiry index) are kept as those arrays
+("runs", state.memory_runs) while the store is only inserted into that way and popped by range
+(``pop_range_keys``); the batch's changelog is then written from the arrays. Any other read or write
+first moves the runs into the dict and the batch's run operations into the undo log, exactly as if
+they had been insert_many and pop_range_keys calls (``_to_dict``): same content, counts, changelog
+rows in the same order, and abort.
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import is_, is_not
-from typing import Iterator
 
 from . import files
+from . import memory_runs as mr
 from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
-from .sortedkeys import SortedKeys
+from .sortedkeys import SortedKeys, sorted_pairs
 
 _ROW_OVERHEAD = 120  # rough per-row cost of dict entry + bytes headers + index slot
 
@@ -38,6 +47,11 @@ class _Loaded:
     def __init__(self, version: int, token: str, data: dict, index: SortedKeys | None = None):
         self.version, self.token, self.data, self.index = version, token, data, index
         self.bytes = sum(map(len, data)) + sum(map(len, data.values()))
+        self.runs: list = []       # rows kept as Arrow columns (state.memory_runs), none of them in data
+        self.run_rows = 0
+
+    def rows(self) -> int:
+        return len(self.data) + self.run_rows
 
     def ordered(self) -> SortedKeys:
         """The index, built from the keys on first use and maintained by every write from then on."""
@@ -47,7 +61,7 @@ class _Loaded:
 
 
 class MemoryStateStore(StateStore):
-    def __init__(self, provider: "MemoryStateStoreProvider", operator: str, partition: int,
+    def __init__(self, provider: MemoryStateStoreProvider, operator: str, partition: int,
                  loaded: _Loaded):
         self._provider, self.operator, self.partition = provider, operator, partition
         self._s = loaded
@@ -60,16 +74,29 @@ class MemoryStateStore(StateStore):
         self._bytes_at_load = loaded.bytes
         self._updated = self._removed = 0
         self._closed = False
+        # run mode (see the module doc): the runs at the batch's first run operation (abort restores
+        # them), the batch's insert_columns arrays, and per run-mode pop (popped keys in order other than
+        # the batch's own, their values, the batch's own keys popped, the dict's keys popped, their values)
+        self._runs0: list | None = None
+        self._ins: tuple | None = None
+        self._pops: list[tuple] = []
+        self._cols = bool(loaded.runs)     # runs held, or run operations this batch: _to_dict first
 
     # -- reads -------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
+        if self._cols:
+            self._to_dict()
         return self._s.data.get(key)
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        if self._cols:
+            self._to_dict()
         g = self._s.data.get
         return [g(k) for k in keys]
 
     def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        if self._cols:
+            self._to_dict()
         data = self._s.data
         for k in self._s.ordered().irange(start, end):
             v = data.get(k)
@@ -77,10 +104,16 @@ class MemoryStateStore(StateStore):
                 yield k, v
 
     def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        if self._cols:
+            self._to_dict()
         return self._s.ordered().irange(start, end)       # the index holds exactly the stored keys
 
     def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         s = self._s
+        if self._cols and not self._undo and self._bulk is None:
+            return mr.as_list(self._pop_runs(start, end))
+        if self._cols:
+            self._to_dict()
         keys = s.ordered().pop_range(start, end)
         if keys:
             olds = list(map(s.data.pop, keys))
@@ -89,8 +122,85 @@ class MemoryStateStore(StateStore):
             self._removed += len(keys)
         return keys
 
+    def pop_range_columns(self, start: bytes | None, end: bytes | None):
+        if self._cols and not self._undo and self._bulk is None:
+            return mr.as_array(self._pop_runs(start, end))
+        return mr.as_array(self.pop_range_keys(start, end))
+
+    def _pop_runs(self, start: bytes | None, end: bytes | None):
+        """pop_range_keys in run mode: from the runs by Arrow compares, from the dict (rows it held at
+        load) through the index; recorded for the changelog, abort and _to_dict. The keys in order: an
+        Arrow array when they all come from committed runs, else a list."""
+        s = self._s
+        if self._runs0 is None:
+            self._runs0 = list(s.runs)
+        kept, (nk, nv), (ok, ov) = mr.pop_runs(s.runs, start, end)
+        s.runs = kept
+        dkeys = s.ordered().pop_range(start, end) if s.data else []
+        dolds = list(map(s.data.pop, dkeys))
+        if ok is not None and not dkeys and nk is None:        # only committed runs' rows: kept as arrays
+            other_k, other_v = mr.sorted_arrays(ok, ov)
+        else:
+            other_k, other_v = mr.sorted_lists(ok, ov) if ok is not None else ([], [])
+        if dkeys:
+            other_k, other_v = sorted_pairs(other_k + dkeys, other_v + dolds) if other_k else (dkeys, dolds)
+        new_sorted = mr.sorted_lists(nk)[0] if nk is not None else []
+        out = list(heapq.merge(other_k, new_sorted)) if other_k and new_sorted else (other_k or new_sorted)
+        from_runs = (len(nk) if nk is not None else 0) + (len(ok) if ok is not None else 0)
+        s.run_rows -= from_runs
+        s.bytes -= sum(mr.nbytes(a) for a in (nk, nv, ok, ov) if a is not None) + sum(map(len, dkeys)) + sum(map(len, dolds))
+        self._pops.append((other_k, other_v, nk, dkeys, dolds))
+        self._removed += len(out)
+        return out
+
+    def insert_columns(self, keys, values) -> None:
+        s = self._s
+        keys, values = mr.plain(keys), mr.plain(values)
+        n = len(keys)
+        if (n < 256 or self._undo or self._bulk is not None or self._ins is not None or self._pops
+                or s.index is not None):
+            if self._cols:
+                self._to_dict()
+            self.insert_many(keys.to_pylist(), values.to_pylist())
+            return
+        if self._runs0 is None:
+            self._runs0 = list(s.runs)
+        self._ins = (keys, values)
+        s.runs = s.runs + [(keys, values, True)]
+        s.run_rows += n
+        s.bytes += mr.nbytes(keys) + mr.nbytes(values)
+        self._updated += n
+        self._cols = True
+
+    def _to_dict(self) -> None:
+        """Leave run mode: the runs' rows into the dict, the batch's run operations into the undo log as
+        insert_many and pop_range_keys would have left it (the insert's keys first, absent at load;
+        then each pop's other keys with their values)."""
+        s = self._s
+        self._cols = False
+        if self._runs0 is None:
+            self._runs0 = list(s.runs)
+        ins, pops = self._ins, self._pops
+        self._ins, self._pops = None, []
+        moved: list[bytes] = []
+        for k, v, _ in s.runs:
+            kl = k.to_pylist()
+            s.data.update(zip(kl, v.to_pylist()))
+            moved += kl
+        s.runs, s.run_rows = [], 0
+        if s.index is not None and moved:
+            s.index.add_many(moved)
+        if ins is None and not pops:
+            return
+        undo = dict.fromkeys(ins[0].to_pylist()) if ins is not None else {}
+        for other_k, other_v, _, _, _ in pops:
+            deque(map(undo.setdefault, mr.as_list(other_k), mr.as_list(other_v)), maxlen=0)
+        self._undo, self._bulk = undo, None
+
     # -- writes ------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes) -> None:
+        if self._cols:
+            self._to_dict()
         s = self._s
         old = s.data.get(key)
         undo = self._undo_log()
@@ -106,11 +216,15 @@ class MemoryStateStore(StateStore):
         self._updated += 1
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        if self._cols:
+            self._to_dict()
         s = self._s
         olds = list(map(s.data.get, keys)) if s.data else [None] * len(keys)
         self._put_many(keys, values, olds, list(compress(keys, map(is_, olds, repeat(None)))))
 
     def insert_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        if self._cols:
+            self._to_dict()
         self._put_many(keys, values, [None] * len(keys), keys)
 
     def _put_many(self, keys: list[bytes], values: list[bytes], olds: list, new: list[bytes]) -> None:
@@ -131,6 +245,8 @@ class MemoryStateStore(StateStore):
             self._bulk = (keys, olds, news)
 
     def delete(self, key: bytes) -> None:
+        if self._cols:
+            self._to_dict()
         s = self._s
         old = s.data.pop(key, None)
         if old is None:
@@ -144,6 +260,8 @@ class MemoryStateStore(StateStore):
         self._removed += 1
 
     def delete_many(self, keys: list[bytes]) -> None:
+        if self._cols:
+            self._to_dict()
         s = self._s
         olds = list(map(s.data.pop, keys, repeat(None)))
         present = list(map(is_not, olds, repeat(None)))
@@ -155,6 +273,27 @@ class MemoryStateStore(StateStore):
             s.index.discard_many(gone)
         s.bytes -= sum(map(len, gone)) + sum(map(len, gone_olds))
         self._removed += len(gone)
+
+    def remove_many(self, keys: list[bytes]) -> None:
+        """``delete_many`` without sorting out absent keys (the caller knows each one is stored);
+        should one be absent after all, the result is still delete_many's."""
+        if self._cols:
+            self._to_dict()
+        s = self._s
+        olds = list(map(s.data.pop, keys, repeat(None)))
+        if None in olds:
+            for k, old in zip(keys, olds):            # put back, then the general path
+                if old is not None:
+                    s.data[k] = old
+            self.delete_many(keys)
+            return
+        if not keys:
+            return
+        self._bulk_undo(keys, olds, None)
+        if s.index is not None:
+            s.index.discard_many(keys)
+        s.bytes -= sum(map(len, keys)) + sum(map(len, olds))
+        self._removed += len(keys)
 
     def _undo_log(self) -> dict[bytes, bytes | None]:
         """The undo log (key -> value at load, None: absent), with a kept put_many folded in first."""
@@ -170,16 +309,33 @@ class MemoryStateStore(StateStore):
         self._check_open()
         self._check_commit_version(version)
         keys, values = self._delta()
-        token = self._provider._commit(self, version, keys, values, len(self._s.data))
+        token = self._provider._commit(self, version, keys, values, self._s.rows())
         self._s.version, self._s.token = version, token
         self.version, self.token = version, token
         self._undo.clear()
         self._bulk = None
+        self._s.runs = mr.compact(self._s.runs)
+        self._runs0, self._ins, self._pops = None, None, []
+        self._cols = bool(self._s.runs)
         self._bytes_at_load = self._s.bytes
         self._updated = self._removed = 0
         return version
 
     def _delta(self) -> tuple[list[bytes], list]:
+        if self._ins is not None or self._pops:          # run mode: the arrays (see _to_dict for the order)
+            keys, values = [], []
+            if self._ins is not None:
+                ik, iv = self._ins
+                gone = [nk for _, _, nk, _, _ in self._pops if nk is not None]
+                if gone:
+                    iv = mr.null_where_in(ik, iv, gone)
+                keys.append(ik)
+                values.append(iv)
+            for other_k, _, _, _, _ in self._pops:
+                if len(other_k):
+                    keys.append(other_k)
+                    values.append(None)
+            return mr.changes(keys, values)
         if self._bulk is not None and not self._undo:     # the batch's one bulk write: its lists as given
             keys, _, news = self._bulk
             return keys, ([None] * len(keys) if news is None else news)
@@ -188,6 +344,10 @@ class MemoryStateStore(StateStore):
 
     def abort(self) -> None:
         s = self._s
+        for _, _, _, dkeys, dolds in self._pops:         # run mode: the dict's popped rows back
+            s.data.update(zip(dkeys, dolds))
+            if dkeys:
+                s.index = None                           # rebuilt from the dict at the next ordered read
         for k, old in self._undo_log().items():
             if old is None:
                 if s.data.pop(k, None) is not None and s.index is not None:
@@ -198,12 +358,19 @@ class MemoryStateStore(StateStore):
                 s.data[k] = old
         self._undo.clear()
         self._bulk = None
+        if self._runs0 is not None:                      # the runs as loaded; rows moved from them dropped
+            for k, _, _ in self._runs0:
+                deque(map(s.data.pop, k.to_pylist(), repeat(None)), maxlen=0)
+            s.runs, s.run_rows = self._runs0, sum(len(r[0]) for r in self._runs0)
+            s.index = None
+        self._runs0, self._ins, self._pops = None, None, []
+        self._cols = bool(s.runs)
         s.bytes = self._bytes_at_load
         self._updated = self._removed = 0
 
     def metrics(self) -> StateMetrics:
         s = self._s
-        return StateMetrics(len(s.data), self._updated, self._removed,
+        return StateMetrics(s.rows(), self._updated, self._removed,
                             s.bytes + _ROW_OVERHEAD * len(s.data))
 
     def close(self) -> None:
@@ -271,6 +438,8 @@ class MemoryStateStoreProvider(FileBackedProvider):
         version, token = meta["version"], meta["token"]
         files.put(loc, files.log_name(version, token, "delta"), files.encode_rows(keys, values, meta))
         if self.cleanup_due(version):
+            if store._cols:
+                store._to_dict()          # the snapshot writes the rows in key order, from the dict
             self._write_snapshot(loc, store._s, meta)
 
     @staticmethod

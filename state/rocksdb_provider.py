@@ -9,6 +9,7 @@ Commit of version N under a fresh token T (each step leaves N-1 loadable, see st
   1. changelog on: write ``N.T.changelog`` (the batch's puts/deletes, parent token, rows)
      create-only -- (N, T) is loadable from here
   2. ``_apply_local``: the overlay + meta (N, T, rows, lineage) go into the working copy in one WriteBatch
+     (a range the batch emptied by ``pop_range_keys`` as one range tombstone: RocksDBStateStore.local_changes)
   3. snapshot -- changelog off: every version, synchronously (its ``_meta.json`` is what makes (N, T)
      loadable); changelog on: every ``snapshot_interval`` versions, on a background thread, as
      Spark's maintenance task uploads snapshots: the job takes a RocksDB checkpoint of the working
@@ -222,7 +223,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         version = meta["version"]
         if self.changelog_checkpointing:
             files.put(loc, files.log_name(version, meta["token"], "changelog"), files.encode_rows(keys, values, meta))
-        self._apply_local(store._w, keys, values, meta, lineage)
+        self._apply_local(store._w, *store.local_changes(keys, values), meta, lineage)
         self._verified[key] = (version, meta["token"], meta["rows"])
         if not self.changelog_checkpointing:   # the snapshot is what makes (N, T) loadable: synchronous
             rows = rows_snapshot(store._w, meta, self.rows_snapshot_max)
@@ -245,12 +246,13 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                                                            meta, key, rows)
 
     def _keep_version(self, store: RocksDBStateStore, meta: dict, lineage: dict[int, str]) -> None:
-        self._apply_local(store._w, [], [], meta, lineage)
+        self._apply_local(store._w, [], [], [], meta, lineage)
         self._verified[(store.operator, store.partition)] = (meta["version"], meta["token"], meta["rows"])
 
-    def _apply_local(self, w: Working, keys: list[bytes], values: list, meta: dict, lineage: dict[int, str]) -> None:
+    def _apply_local(self, w: Working, keys: list[bytes], values: list, ranges: list, meta: dict,
+                     lineage: dict[int, str]) -> None:
         self._await_checkpoint(w)
-        w.write(keys, values, meta["version"], meta["token"], meta["rows"], lineage)
+        w.write(keys, values, meta["version"], meta["token"], meta["rows"], lineage, ranges)
 
     def _await_checkpoint(self, w: Working) -> None:
         """Wait until the background job has taken its local checkpoint of the working copy `w` (a

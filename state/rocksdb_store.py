@@ -5,17 +5,24 @@ A batch's writes are buffered in an overlay (so abort is free and the working co
 holds committed versions); reads and ordered scans merge overlay and DB. The row count is kept
 as the batch goes (whether a key existed: the overlay, what multi_get found, else a get). commit
 hands the overlay, in key order, to the provider (RocksDBStateStoreProvider._commit).
+
+A batch's first write, when it is ``insert_many`` (keys known absent), is kept as its two lists until
+anything else reads or writes (``_fold``): a batch that only inserts (a dedup's keys and its expiry
+index) builds no overlay dict, and its commit sorts the lists as given. A range that
+``pop_range_keys`` emptied is deleted in the working copy by one range tombstone (its keys are still
+each in the changelog): ``local_changes``.
 """
 from __future__ import annotations
 
-from itertools import repeat
+from bisect import bisect_left
+from itertools import compress, repeat
 from operator import is_not
 from typing import TYPE_CHECKING, Iterator
 
 from rocksdict import ReadOptions
 
 from .base import StateMetrics, StateStore, StateStoreError
-from .sortedkeys import SortedKeys, sorted_items
+from .sortedkeys import SortedKeys, _in_range, sorted_items, sorted_pairs
 from .working import Working
 
 if TYPE_CHECKING:
@@ -35,10 +42,21 @@ class RocksDBStateStore(StateStore):
         self._rows = working.rows
         self._updated = self._removed = 0
         self._obytes = 0
+        self._bulk: tuple[list[bytes], list[bytes]] | None = None   # an insert_many kept as given (_fold)
+        self._ranges: list[tuple[bytes | None, bytes]] = []          # ranges pop_range_keys emptied
         self._closed = False
+
+    def _fold(self) -> None:
+        """Move a kept insert_many into the overlay (it was the batch's only write: the overlay is empty)."""
+        keys, values = self._bulk
+        self._bulk = None
+        self._overlay.update(zip(keys, values))
+        self._okeys.add_many(keys)
 
     # -- reads -------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
+        if self._bulk is not None:
+            self._fold()
         ov = self._overlay
         if key in ov:
             return ov[key]
@@ -47,6 +65,8 @@ class RocksDBStateStore(StateStore):
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         """One ``get`` per key through ``map`` (rocksdict's own multi-get costs ~1 us a key more, even
         on an empty DB); what the DB answered is remembered for a following put_many (``_known``)."""
+        if self._bulk is not None:
+            self._fold()
         ov = self._overlay
         get = self._w.db.get
         if not ov and self._w.rows == 0:
@@ -68,6 +88,8 @@ class RocksDBStateStore(StateStore):
             self._known.update(zip(keys, map(is_not, found, repeat(None))))
 
     def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        if self._bulk is not None:
+            self._fold()
         ov = self._overlay
         okeys = self._okeys.irange(start, end) if ov else []
         ro = ReadOptions()
@@ -98,8 +120,23 @@ class RocksDBStateStore(StateStore):
             if v is not None:
                 yield k, v
 
+    def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """Without an overlay, the DB's keys alone (no values read); a kept insert_many with no key in
+        the range is left as it is."""
+        if self._bulk is not None and any(filter(_in_range(start, end), self._bulk[0])):
+            self._fold()
+        if self._overlay:
+            return [k for k, _ in self.range_scan(start, end)]
+        ro = ReadOptions()
+        if end is not None:
+            ro.set_iterate_upper_bound(end)
+        db = self._w.db
+        return list(db.keys(from_key=start, read_opt=ro) if start is not None else db.keys(read_opt=ro))
+
     # -- writes ------------------------------------------------------------------------
     def _exists(self, key: bytes) -> bool:
+        if self._bulk is not None:
+            self._fold()
         ov = self._overlay
         if key in ov:
             return ov[key] is not None
@@ -139,12 +176,16 @@ class RocksDBStateStore(StateStore):
         return sum(map(set(keys).__contains__, db.keys()))
 
     def delete_many(self, keys: list[bytes]) -> None:
+        if self._bulk is not None:
+            self._fold()
         existed = self._bulk_existing(keys)
         self._rows -= existed
         self._removed += existed
         self._overlay.update(zip(keys, repeat(None)))
 
     def remove_many(self, keys: list[bytes]) -> None:
+        if self._bulk is not None:
+            self._fold()
         ov = self._overlay            # every key holds a value (the caller's contract): nothing to count
         self._okeys.add_many([k for k in keys if k not in ov] if ov else keys)
         self._rows -= len(keys)
@@ -153,10 +194,24 @@ class RocksDBStateStore(StateStore):
 
     def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         keys = self.range_keys(start, end)          # the scan saw each of them hold a value
-        self.remove_many(keys)
+        if keys:
+            self.remove_many(keys)
+            if end is not None:
+                self._ranges.append((start, end))   # nothing is left in it: one range tombstone
         return keys
 
+    def insert_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        if self._overlay or self._bulk is not None or len(keys) < 1000:
+            self.put_many(keys, values)
+            return
+        self._bulk = (keys, values)                 # the batch's first write: kept as given
+        self._rows += len(keys)
+        self._obytes += sum(map(len, keys)) + sum(map(len, values))
+        self._updated += len(keys)
+
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        if self._bulk is not None:
+            self._fold()
         ov = self._overlay
         existed = self._bulk_existing(keys)
         self._rows += len(keys) - existed
@@ -184,14 +239,51 @@ class RocksDBStateStore(StateStore):
                                   "store is closed")
         self._check_commit_version(version)
         ov = self._overlay
-        # in key order (the overlay's index sorts them): RocksDB takes a sorted WriteBatch ~10x faster
-        keys, values = sorted_items(ov) if len(ov) > 1000 else (list(ov), list(ov.values()))
+        # in key order: RocksDB takes a sorted WriteBatch ~10x faster
+        if self._bulk is not None:
+            keys, values = sorted_pairs(*self._bulk)
+        else:
+            keys, values = sorted_items(ov) if len(ov) > 1000 else (list(ov), list(ov.values()))
         self.token = self._provider._commit(self, version, keys, values, self._rows)
         self.version = version
         self.abort()
         return version
 
+    def local_changes(self, keys: list[bytes], values: list) -> tuple[list[bytes], list, list[tuple[bytes, bytes]]]:
+        """What commit writes to the working copy for the changes (keys, values) commit gave the
+        provider: (keys, values, ranges) with each range pop_range_keys emptied deleted whole (a
+        range tombstone, ``b""`` for an open start) and the deletes inside it left out (a put after
+        the pop stays: the WriteBatch applies it after the tombstone). Only for sorted changes (more
+        than 1000: commit sorts those); otherwise the changes as given."""
+        if not self._ranges or len(keys) <= 1000:
+            return keys, values, []
+        merged: list[list] = []
+        for s, e in sorted(self._ranges, key=lambda r: r[0] or b""):
+            s = s or b""
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        out_k: list[bytes] = []
+        out_v: list = []
+        pos = 0
+        for s, e in merged:
+            lo, hi = bisect_left(keys, s, pos), bisect_left(keys, e, pos)
+            out_k += keys[pos:lo]
+            out_v += values[pos:lo]
+            inside = values[lo:hi]
+            if inside.count(None) != len(inside):         # puts after the pop
+                puts = list(map(is_not, inside, repeat(None)))
+                out_k += compress(keys[lo:hi], puts)
+                out_v += compress(inside, puts)
+            pos = hi
+        out_k += keys[pos:]
+        out_v += values[pos:]
+        return out_k, out_v, [(s, e) for s, e in merged]
+
     def abort(self) -> None:
+        self._bulk = None
+        self._ranges = []
         self._overlay = {}
         self._okeys = SortedKeys()
         self._known = {}

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from itertools import chain, filterfalse
+from itertools import chain, filterfalse, islice
+from operator import lt
 
 import numpy as np
 
@@ -48,10 +49,31 @@ def sorted_items(d: dict) -> tuple[list[bytes], list]:
     return keys, list(map(d.__getitem__, keys))
 
 
+def sorted_pairs(keys: list[bytes], values: list) -> tuple[list[bytes], list]:
+    """``keys`` (distinct) in byte order and ``values`` in the same order (what ``sorted_items`` gives
+    for ``dict(zip(keys, values))``, without building the dict): by numpy's sort for keys
+    ``_byte_order`` takes, else as given when already sorted, else by Python's sort of the positions
+    (adaptive: nearly sorted keys, e.g. an index by time, cost about one pass)."""
+    n = len(keys)
+    if n >= _NUMPY_SORT_MIN:
+        order = _byte_order(keys)
+        if order is not None:
+            ks, vs = np.empty(n, object), np.empty(n, object)
+            ks[:] = keys
+            vs[:] = values
+            return ks[order].tolist(), vs[order].tolist()
+    if all(map(lt, keys, islice(keys, 1, None))):
+        return list(keys), list(values)
+    order = sorted(range(n), key=keys.__getitem__)
+    return list(map(keys.__getitem__, order)), list(map(values.__getitem__, order))
+
+
 def _byte_order(keys: list[bytes]) -> "np.ndarray | None":
     """The permutation that sorts ``keys`` (distinct) by bytes, when they are of one width w <= 8, or
     w = 9 with a common first byte; None otherwise."""
     n = len(keys)
+    if not n or not 1 <= len(keys[0]) <= 9:          # not of one width up to 9 (asked without a conversion)
+        return None
     arr = pa.array(keys, pa.binary())
     offs = np.frombuffer(arr.buffers()[1], np.int32, n + 1)
     w = int(offs[1] - offs[0])

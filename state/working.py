@@ -22,11 +22,12 @@ sha1(checkpoint url)[:16])`` (0700, refused when another user owns it or others 
 from __future__ import annotations
 
 import fcntl
-from collections import deque
 import json
 import os
 import shutil
 import uuid
+from collections import deque
+from collections.abc import Sequence
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
@@ -105,13 +106,18 @@ class Working:
             self.lineage = {int(v): str(t) for v, t in m["lineage"].items()}
 
     def write(self, keys: list[bytes], values: list, version: int, token: str, rows: int,
-              lineage: dict[int, str]) -> None:
+              lineage: dict[int, str], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """Apply the changes, the new meta and the lineage's changed entries in one WriteBatch.
-        ``lineage`` is kept by reference: the caller replaces its lineage maps, never mutates them."""
+        ``lineage`` is kept by reference: the caller replaces its lineage maps, never mutates them.
+        ``ranges``: [start, end) ranges deleted whole (one range tombstone each) before the changes
+        are applied; the caller leaves the keys they delete out of ``keys``."""
         wb = WriteBatch(raw_mode=True)
-        if None in values and values.count(None) == len(values):     # an eviction: deletes only
+        for start, end in ranges:
+            wb.delete_range(start, end)
+        deletes = values.count(None)
+        if deletes and deletes == len(values):     # an eviction: deletes only
             deque(map(wb.delete, keys), maxlen=0)
-        elif None in values:
+        elif deletes:
             for k, v in zip(keys, values):
                 if v is None:
                     wb.delete(k)

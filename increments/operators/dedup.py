@@ -27,9 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import encode_keys
+from state.columnar import encode_key_array, encode_keys
 from state.columnar_values import encode_values
 from state.encoding import encode_value
+from state.memory_runs import empty_values
 
 from ..errors import AnalysisException
 from ..plan import nodes as n
@@ -154,12 +155,14 @@ class DeduplicateOp(PhysicalOp):
                 new_rows = rows[fresh]
                 emit[new_rows] = True
                 # the keys just read as absent: insert_many (no second lookup); the index's keys are new
-                # too (an (expiry, key) pair of a key absent from the store is absent from the index)
+                # too (an (expiry, key) pair of a key absent from the store is absent from the index),
+                # as Arrow columns (the memory store keeps them so: state.memory_runs)
                 if self.within:
                     exp = expiry.take(new_rows)
                     store.insert_many(new_keys, encode_values([exp]))
-                    idx.insert_many(encode_keys([exp] + [cand.column(c).take(new_rows) for c in self.key_cols]),
-                                    [b""] * len(new_keys))
+                    if len(new_rows):
+                        ik = encode_key_array([exp] + [cand.column(c).take(new_rows) for c in self.key_cols])
+                        idx.insert_columns(ik, empty_values(len(ik)))
                 else:
                     store.insert_many(new_keys, [_EMPTY] * len(new_keys))
             self._evict(ctx, store, idx)
@@ -170,11 +173,21 @@ class DeduplicateOp(PhysicalOp):
     def _evict(self, ctx: BatchContext, store, index) -> None:
         end = time_bound(ctx.eviction_watermark(self))
         if self.within:
-            ikeys = index.pop_range_keys(None, end)
-            if ikeys:   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
-                store.remove_many([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys])    # each one stored
+            ikeys = index.pop_range_columns(None, end)
+            if len(ikeys):   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
+                store.remove_many(_after_expiry(ikeys))     # each one stored
         elif self.time_in_key:
             store.delete_range(None, end)
+
+
+def _after_expiry(ikeys: pa.Array) -> list[bytes]:
+    """The store keys of expiry-index keys: what follows the expiry's encoding (9 bytes for an int, 1
+    for a null), sliced in Arrow when every expiry is an int."""
+    if len(ikeys) and not ikeys.null_count and pc.all(
+            pc.equal(pc.binary_slice(ikeys, 0, 1), pa.scalar(b"\x10", ikeys.type))).as_py():
+        # an explicit stop: pyarrow 26's binary_slice without one fails ("Negative buffer resize")
+        return pc.binary_slice(ikeys, 9, pc.max(pc.binary_length(ikeys)).as_py()).to_pylist()
+    return [k[9:] if k[0] == 0x10 else k[1:] for k in ikeys.to_pylist()]
 
 
 def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:

@@ -50,3 +50,21 @@ def test_within_watermark_needs_a_watermark():
     df = inc.read_stream.memory("id STRING, ts TIMESTAMP, v BIGINT")
     with pytest.raises(inc.AnalysisException, match="with_watermark"):
         df.drop_duplicates_within_watermark(["id"]).write_stream.format("memory").query_name("ww_nowm").build()
+
+
+def test_store_keys_of_expiry_index_keys_sliced_in_arrow():
+    """The eviction's store keys (what follows the expiry in each index key) are the bytes after it,
+    also for sliced and concatenated arrays and for a null expiry."""
+    import os as _os
+    import random as _random
+
+    import pyarrow as _pa
+
+    from increments.operators.dedup import _after_expiry
+    rnd = _random.Random(3)
+    ks = [b"\x10" + _os.urandom(8) + b"\x10" + _os.urandom(rnd.choice([1, 4, 9])) for _ in range(3000)]
+    a = _pa.array(ks, _pa.binary())
+    for arr, src in ((a, ks), (a.slice(100, 2000), ks[100:2100]),
+                     (_pa.concat_arrays([a.slice(5, 10), a.slice(2000)]), ks[5:15] + ks[2000:])):
+        assert _after_expiry(arr) == [k[9:] for k in src]
+    assert _after_expiry(_pa.array(ks[:3] + [b"\x01abc"], _pa.binary())) == [k[9:] for k in ks[:3]] + [b"abc"]

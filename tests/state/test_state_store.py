@@ -10,7 +10,7 @@ import pytest
 
 from state_testutil import ROOT, STORAGES, checkpoint_url, store_names
 from crash_commit import apply_batch, model_batch
-from state import StateStoreError, make_provider
+from state import StateStoreError, files, make_provider
 from state.encoding import decode_key, encode_key, encode_prefix
 
 K = encode_key
@@ -691,3 +691,106 @@ def test_remove_many_is_the_delete_loop_for_stored_keys(make):
     assert [k for k, _ in s.iter_all()] == sorted(model)
     s.commit(1)
     assert content(make(local="w2").open("op", 0, 1)) == model
+
+
+def test_a_popped_range_then_puts_in_it(make):
+    """An eviction that empties a range (pop_range_keys) and puts inside that range afterwards in the
+    same batch: the store that committed (RocksDB: its working copy, where the range is one range
+    tombstone), a reload from the checkpoint and the next batch all hold the puts and none of the
+    popped rows."""
+    p = make()
+    s = p.open("op", 0, -1)
+    keys = [K((i,)) for i in range(5000)]
+    s.insert_many(keys, [b"v%d" % i for i in range(5000)])
+    s.commit(0)
+    model = {k: b"v%d" % i for i, k in enumerate(keys)}
+    got = s.pop_range_keys(None, K((3000,)))
+    assert got == keys[:3000]
+    s.put(K((10,)), b"back")                              # inside the popped range
+    s.put_many([K((20,)), K((6000,))], [b"again", b"new"])
+    s.delete(K((4000,)))                                  # outside it
+    for k in got:
+        model.pop(k)
+    model.update({K((10,)): b"back", K((20,)): b"again", K((6000,)): b"new"})
+    model.pop(K((4000,)))
+    s.commit(1)
+    assert content(s) == model and s.metrics().num_rows_total == len(model)
+    assert [k for k, _ in s.iter_all()] == sorted(model)
+    assert s.multi_get([K((5,)), K((10,)), K((2999,))]) == [None, b"back", None]
+    assert content(make(local="w2").open("op", 0, 1)) == model
+    assert s.pop_range_keys(K((15,)), K((3000,))) == [K((20,))]      # the next batch, on the same copy
+    model.pop(K((20,)))
+    s.commit(2)
+    assert content(s) == model
+    assert content(make(local="w3").open("op", 0, 2)) == model
+
+
+def _logs(provider, op: str) -> dict:
+    """{version: (rows, keys, values)} of every log file of (op, partition 0)."""
+    loc = provider.store_loc(op, 0)
+    listing = files.list_store(loc)
+    out = {}
+    for (v, _), name in listing.logs.items():
+        meta, keys, values = files.decode_rows(loc.read_bytes(name))
+        out[v] = (meta["rows"], keys, values)
+    return out
+
+
+def test_insert_columns_is_insert_many(make):
+    """insert_columns (Arrow arrays, kept as such by the memory store until a keyed access) with range
+    pops, keyed reads and writes between them, and an abort: every version's content, counts and
+    changelog rows (in order) equal those of the same batches written by insert_many."""
+    import pyarrow as pa
+    p = make()
+    cols, rows = p.open("cols", 0, -1), p.open("rows", 0, -1)
+    nxt = [0]
+
+    def fresh(n):
+        keys = [K((nxt[0] + i, (nxt[0] + i) * 7 % 1000)) for i in range(n)]
+        nxt[0] += n
+        return keys
+
+    def both(fn):
+        fn(cols, True)
+        fn(rows, False)
+
+    def insert(keys):
+        vals = [b"v" + k[-2:] for k in keys]
+
+        def f(s, arrow):
+            if arrow:
+                s.insert_columns(pa.array(keys, pa.binary()), pa.array(vals, pa.binary()))
+            else:
+                s.insert_many(keys, vals)
+        return f
+
+    def pop(end, start=None):
+        got = []
+        both(lambda s, arrow: got.append(s.pop_range_keys(start and K((start,)), K((end,)))))
+        assert got[0] == got[1]
+
+    for v in range(12):
+        both(insert(fresh(700)))
+        kind = v % 4
+        if kind == 0:
+            pop(nxt[0] - 650)                                   # mostly the batch's own rows
+        elif kind == 1:
+            pop(nxt[0] - 900, nxt[0] - 1500)                    # the committed runs', a bounded range
+        elif kind == 2:                                         # a keyed read between: into the dict
+            pop(nxt[0] - 1000)
+            assert cols.get(K((nxt[0] - 1, (nxt[0] - 1) * 7 % 1000))) is not None
+            both(lambda s, arrow: s.put(K((nxt[0] - 2, 5)), b"x"))
+            pop(nxt[0] - 300)
+        else:                                                   # a batch aborted, then done again
+            pop(nxt[0] - 200)
+            both(lambda s, arrow: s.abort())
+            pop(nxt[0] - 400)
+            assert [k for k, _ in cols.range_scan(None, K((nxt[0],)))] == [k for k, _ in rows.range_scan(None, K((nxt[0],)))]
+        assert cols.metrics().num_rows_total == rows.metrics().num_rows_total
+        assert cols.metrics().num_rows_removed == rows.metrics().num_rows_removed
+        cols.commit(v)
+        rows.commit(v)
+        assert content(cols) == content(rows)
+    assert _logs(p, "cols") == _logs(p, "rows")
+    q = make(local="w2")
+    assert content(q.open("cols", 0, 11)) == content(q.open("rows", 0, 11)) == content(cols)
