@@ -109,6 +109,23 @@ def malloc_trim() -> float:
     return before - rss_mb()
 
 
+def glibc_mb() -> dict[str, float]:
+    """glibc's totals over all its arenas (mallinfo2, glibc >= 2.33), MB: `in_use` (live native
+    allocations), `free` (freed but kept in its heaps: fragmentation), `heaps` (their total)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return {"in_use": 0.0, "free": 0.0, "heaps": 0.0, "mmapped": 0.0}
+    fn.restype = MallInfo2
+    m = fn()
+    return {"in_use": m.uordblks / 1e6, "free": m.fordblks / 1e6, "heaps": m.arena / 1e6, "mmapped": m.hblkhd / 1e6}
+
+
 def native_mb() -> dict[str, float]:
     """Native memory the Python heap does not see: SQLite's (sqlite3_memory_used, every in-memory
     database of the process: the ephemeral Dagster instance's storages) and RocksDB's shared block
@@ -437,6 +454,7 @@ def main() -> None:
                 s.update(mappings())
                 s["trim"] = malloc_trim()
                 s["rss_trim"] = rss_mb()
+                s.update({f"glibc_{k}": v for k, v in glibc_mb().items()})
                 if INSTANCE:
                     s["inst"] = instance_rows(INSTANCE[0])
                 if s["t"] >= args.warmup * 60 and not TYPES:
@@ -520,7 +538,9 @@ def report(args, minutes: float, samples: list[dict], snaps: list, load0: tuple 
               f"block cache {slope(warm, 'rocks_cache'):+.2f} ({warm[-1]['rocks_cache']:.1f} MB), memtables "
               f"{slope(warm, 'rocks_memtables'):+.2f} MB/min ({warm[-1]['rocks_memtables']:.1f} MB); resident anonymous "
               f"{slope(warm, 'anon'):+.2f} MB/min, file-backed {slope(warm, 'file'):+.2f} MB/min, mappings "
-              f"{warm[0]['maps']} -> {warm[-1]['maps']}")
+              f"{warm[0]['maps']} -> {warm[-1]['maps']}; glibc in use {slope(warm, 'glibc_in_use'):+.2f} MB/min "
+              f"({warm[-1]['glibc_in_use']:.1f} MB), free but kept (fragmentation) {slope(warm, 'glibc_free'):+.2f} MB/min "
+              f"({warm[-1]['glibc_free']:.1f} MB)")
         for x in warm:
             x["rest"] = x["anon"] - x["rocks_cache"] - x["rocks_memtables"] - x["sqlite"] - x["arrow"] - x["duckdb"]
         print(f"diagnose: resident anonymous memory less RocksDB's cache and memtables, SQLite, Arrow and DuckDB: "
