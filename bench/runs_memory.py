@@ -16,9 +16,11 @@ file (200 rows over 5,000 keys, event time now) and then executes one batch of s
 
 Every --every runs, after gc.collect() and glibc's malloc_trim(0), it prints resident memory, glibc's
 own accounting (mallinfo2: bytes `in use`, bytes `free` but kept in its heaps, the heaps' total),
-RocksDB's shared block cache, gc-tracked Python objects and Python's allocated blocks. At the end:
+RocksDB's shared block cache, gc-tracked Python objects, Python's allocated blocks and its
+small-object arenas. At the end:
 the RSS slope after --skip runs in MB per 1,000 runs, the same for glibc's in-use and free bytes, and
-the resident anonymous mappings that grew most (from /proc/self/smaps, grouped by kind and size).
+the resident anonymous memory by owner (from /proc/self/smaps: glibc's main heap and thread arenas,
+mimalloc's arena, the rest) at the first and the last sample after --skip.
 
 How to read it: glibc `in use` flat and `free` growing is fragmentation (memory freed by the process,
 kept by the allocator in pieces it cannot give back), not a leak; `in use` growing is a leak in native
@@ -33,6 +35,7 @@ import gc
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -53,8 +56,10 @@ def rss_after_trim() -> float:
 
 
 def anon_mappings() -> collections.Counter:
-    """Resident kB of anonymous mappings grouped as 'name:size MB' (glibc heaps grow in place, so a
-    heap shows up under its current size)."""
+    """Resident MB of anonymous memory by owner, told from /proc/self/smaps: glibc's main heap
+    ([heap]), glibc's thread arenas (64 MiB-aligned mappings of at most 64 MiB), mimalloc's arena
+    (Arrow's memory pool reserves 1 GiB at a time), and the rest (Python's object arenas, thread
+    stacks, DuckDB's allocator, glibc's large mmapped chunks)."""
     out: collections.Counter = collections.Counter()
     key = None
     with open("/proc/self/smaps") as f:
@@ -62,11 +67,42 @@ def anon_mappings() -> collections.Counter:
             parts = line.split()
             if "-" in parts[0] and not parts[0].endswith(":"):
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                name = parts[5] if len(parts) > 5 else "anon"
-                key = None if name.startswith("/") else f"{name}:{(hi - lo) >> 20}MB"
+                name = parts[5] if len(parts) > 5 else ""
+                if name == "[heap]":
+                    key = "glibc main heap"
+                elif name:
+                    key = None
+                elif lo % (64 << 20) == 0 and hi - lo <= 64 << 20:
+                    key = "glibc thread arenas"
+                elif hi - lo >= 1 << 30:
+                    key = "mimalloc (Arrow)"
+                else:
+                    key = "other anonymous"
             elif parts[0] == "Rss:" and key is not None:
-                out[key] += int(parts[1])
+                out[key] += int(parts[1]) / 1024
     return out
+
+
+def python_arenas_mb() -> float:
+    """MB of Python's small-object arenas now mapped (sys._debugmallocstats' "arenas allocated current"
+    times the arena size; it writes to the C stderr, read back through a temporary file)."""
+    with tempfile.TemporaryFile("w+") as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read()
+    current = re.search(r"# arenas allocated current\s*=\s*([\d,]+)", text)
+    size = re.search(r"(\d+) arenas \* (\d+) bytes/arena", text)
+    if not current:
+        return float("nan")
+    arena = int(size.group(2)) if size else 1 << 20
+    return int(current.group(1).replace(",", "")) * arena / 1e6
 
 
 def per_1000(points: list[tuple[int, float]]) -> float:
@@ -137,7 +173,7 @@ def main() -> None:
                 continue
             gc.collect()
             r = {"run": i, "rss": rss_after_trim(), **soak.glibc_mb(), "objects": len(gc.get_objects()) / 1e3,
-                 "blocks": sys.getallocatedblocks() / 1e3,
+                 "blocks": sys.getallocatedblocks() / 1e3, "py_arenas": python_arenas_mb(),
                  "cache": working._shared["cache"].get_usage() / 1e6 if working._shared else 0.0,
                  "s": time.monotonic() - t0}
             rows.append(r)
@@ -145,22 +181,22 @@ def main() -> None:
                 maps[i] = anon_mappings()
             print(f"run {i:6d}  rss {r['rss']:7.1f} MB  glibc in use {r['in_use']:6.1f} free {r['free']:6.1f} "
                   f"heaps {r['heaps']:6.1f}  block cache {r['cache']:5.1f}  gc objects {r['objects']:6.1f}k  "
-                  f"py blocks {r['blocks']:7.1f}k  {r['s']:6.0f} s", flush=True)
+                  f"py blocks {r['blocks']:7.1f}k in arenas {r['py_arenas']:5.1f} MB  {r['s']:6.0f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     late = [r for r in rows if r["run"] >= a.skip]
     load1 = os.getloadavg()
     print(f"\n{a.mode}, {a.state_store} store, runs {a.skip}..{a.runs} (load {load0[0]:.1f} -> {load1[0]:.1f}); "
           "per 1,000 runs:")
-    for k in ("rss", "in_use", "free", "heaps", "cache", "objects", "blocks"):
+    for k in ("rss", "in_use", "free", "heaps", "cache", "py_arenas", "objects", "blocks"):
         unit = "k" if k in ("objects", "blocks") else " MB"
         print(f"  {k:8s} {per_1000([(r['run'], r[k]) for r in late]):+8.2f}{unit}  "
               f"({late[0][k]:.1f} -> {late[-1][k]:.1f})" if late else "")
     if len(maps) >= 2:
         first, last = maps[min(maps)], maps[max(maps)]
         grew = sorted(((last[k] - first[k], k) for k in set(first) | set(last)), reverse=True)
-        print(f"anonymous mappings, resident kB, run {min(maps)} -> {max(maps)} (most grown first): "
-              + ", ".join(f"{k} {d:+d}" for d, k in grew[:6]))
+        print(f"resident anonymous memory by owner, run {min(maps)} -> {max(maps)}: "
+              + ", ".join(f"{k} {first[k]:.1f} -> {last[k]:.1f} MB ({d:+.1f})" for d, k in grew))
 
 
 if __name__ == "__main__":

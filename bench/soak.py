@@ -340,9 +340,14 @@ def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
     stop = threading.Event()
     error: list[BaseException] = []
 
+    pending: list = []            # count_types' requests, served between two runs
+    BETWEEN_RUNS.append(pending)
+
     def loop() -> None:
         try:
             while not stop.is_set():
+                while pending:
+                    pending.pop()()
                 t0 = time.monotonic()
                 res = job.execute_in_process(instance=inst, raise_on_error=True)
                 run = inst.get_run_by_id(res.run_id)
@@ -355,6 +360,8 @@ def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
                     di.delete_check_executions(inst, [res.run_id])
                 inst.delete_run(res.run_id)
                 stop.wait(max(0.0, 60.0 / args.runs_per_minute - (time.monotonic() - t0)))
+            while pending:
+                pending.pop()()
         except BaseException as e:  # noqa: BLE001 - reported by the sampler
             error.append(e)
     t = threading.Thread(target=loop, daemon=True)
@@ -368,6 +375,31 @@ def run_dagster(args, work: str, bootstrap, topic, sample) -> None:
 
 INSTANCE: list = []     # the ephemeral instance of run_dagster (for --diagnose)
 TYPES: list = []        # gc object counts by type after the warm-up and at the end (--diagnose)
+#: with --dagster, the run loop's hook: takes TYPES' counts between two runs (a run in flight holds
+#: its plan, config snapshots and step handles: thousands of objects that are not kept)
+BETWEEN_RUNS: list = []
+
+
+def between_runs(fn):
+    """fn(), between two runs when a Dagster run loop is active (else now); its result."""
+    if not BETWEEN_RUNS:
+        return fn()
+    done, out = threading.Event(), []
+
+    def call() -> None:
+        try:
+            out.append(fn())
+        finally:
+            done.set()
+    BETWEEN_RUNS[0].append(call)
+    if not done.wait(120):
+        raise RuntimeError("the run loop did not come between two runs within 120 s")
+    return out[0]
+
+
+def count_types() -> None:
+    """Appends the gc object counts to TYPES, between two runs when a run loop is active."""
+    TYPES.append(between_runs(type_counts))
 
 
 def main() -> None:
@@ -456,9 +488,9 @@ def main() -> None:
                 s["rss_trim"] = rss_mb()
                 s.update({f"glibc_{k}": v for k, v in glibc_mb().items()})
                 if INSTANCE:
-                    s["inst"] = instance_rows(INSTANCE[0])
+                    s["inst"] = between_runs(lambda: instance_rows(INSTANCE[0]))   # not while a run writes
                 if s["t"] >= args.warmup * 60 and not TYPES:
-                    TYPES.append(type_counts())
+                    count_types()
             samples.append(s)
             if diag_live:
                 print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
@@ -470,7 +502,7 @@ def main() -> None:
             import tracemalloc
             snaps.append(tracemalloc.take_snapshot())
         if args.diagnose:
-            TYPES.append(type_counts())
+            count_types()
         feeder.stop.set()
         if feeder.is_alive():
             feeder.join()

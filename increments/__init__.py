@@ -13,7 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .malloc_arenas import cap_arenas
+
 __version__ = "0.1.0"
+
+cap_arenas()        # glibc's malloc arenas of a process that runs batches: increments/malloc_arenas.py
 
 #: public name -> (module, attribute; None: the module itself)
 _EXPORTS: dict[str, tuple[str, str | None]] = {
