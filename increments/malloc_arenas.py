@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 M_ARENA_MAX = -8                 # glibc's malloc.h
 DEFAULT_ARENAS = 2
@@ -43,6 +42,14 @@ def cap_arenas() -> int | None:
     return _applied[0]
 
 
+def _glibc() -> bool:
+    """Whether this process's C library is glibc (confstr: no file read, unlike platform.libc_ver)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
 def _cap() -> int | None:
     if os.environ.get("MALLOC_ARENA_MAX"):
         return None
@@ -52,7 +59,7 @@ def _cap() -> int | None:
     except ValueError:
         raise ValueError(f"INCREMENTS_MALLOC_ARENA_MAX={raw!r} is not a number of arenas: give an integer "
                          "(0 leaves glibc's default)") from None
-    if n <= 0 or platform.libc_ver()[0] != "glibc":
+    if n <= 0 or not _glibc():
         return None
     try:
         ok = ctypes.CDLL(None).mallopt(M_ARENA_MAX, n)
