@@ -266,13 +266,8 @@ class MemoryStateStore(StateStore):
         olds = list(map(s.data.pop, keys, repeat(None)))
         present = list(map(is_not, olds, repeat(None)))
         gone, gone_olds = list(compress(keys, present)), list(compress(olds, present))
-        if not gone:
-            return
-        self._bulk_undo(gone, gone_olds, None)
-        if s.index is not None:
-            s.index.discard_many(gone)
-        s.bytes -= sum(map(len, gone)) + sum(map(len, gone_olds))
-        self._removed += len(gone)
+        if gone:
+            self._forget(gone, gone_olds)
 
     def remove_many(self, keys: list[bytes]) -> None:
         """``delete_many`` without sorting out absent keys (the caller knows each one is stored);
@@ -287,8 +282,13 @@ class MemoryStateStore(StateStore):
                     s.data[k] = old
             self.delete_many(keys)
             return
-        if not keys:
-            return
+        if keys:
+            self._forget(keys, olds)
+
+    def _forget(self, keys: list[bytes], olds: list[bytes]) -> None:
+        """The bookkeeping of keys just popped from the data with their old values: undo log,
+        index, byte count, removed count."""
+        s = self._s
         self._bulk_undo(keys, olds, None)
         if s.index is not None:
             s.index.discard_many(keys)
