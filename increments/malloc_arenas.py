@@ -12,8 +12,8 @@ bytes reached 23.8 MB and its resident heaps grew +2.3 MB; capped at two arenas,
 (what still grows, ~9 MB per 1,000 runs, is Python's own small-object arenas: bench/README.md).
 
 So a process caps its arenas at INCREMENTS_MALLOC_ARENA_MAX (default 2), through
-mallopt(M_ARENA_MAX), when it imports increments (and, if it did not, when it opens its first
-working copy), unless MALLOC_ARENA_MAX is set (glibc read it at the process's start: the operator
+mallopt(M_ARENA_MAX), when it imports increments (the state package imports it too, so a process
+that opens working copies has imported it first), unless MALLOC_ARENA_MAX is set (glibc read it at the process's start: the operator
 chose), INCREMENTS_MALLOC_ARENA_MAX=0 (keep glibc's default), or the C library is not glibc.
 
 Contract: at most once per process; raises only for an INCREMENTS_MALLOC_ARENA_MAX that is not an

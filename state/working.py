@@ -31,8 +31,6 @@ from collections.abc import Sequence
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
-from increments.malloc_arenas import cap_arenas
-
 from .base import StateStoreError
 
 _META_KEY = b"meta"
@@ -58,7 +56,6 @@ _shared: dict[str, object] = {}
 
 def _shared_memory() -> tuple[Cache, WriteBufferManager]:
     if not _shared:
-        cap_arenas()                     # glibc's arenas (increments/malloc_arenas.py): if not yet at import
         _shared["cache"] = Cache(BLOCK_CACHE_BYTES)
         _shared["wbm"] = WriteBufferManager(MEMTABLE_BUDGET_BYTES, False)
     return _shared["cache"], _shared["wbm"]  # type: ignore[return-value]
