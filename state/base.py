@@ -118,6 +118,11 @@ class StateStore(ABC):
         a side index): a provider may skip checking which of them exist."""
         self.delete_many(keys)
 
+    def remove_columns(self, keys) -> None:
+        """``remove_many`` for keys given as an Arrow binary array (the memory provider removes them
+        from the arrays it keeps without a Python object per key: state.memory_runs)."""
+        self.remove_many(keys.to_pylist())
+
     def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Delete the rows with start <= key < end and return their keys, in order (an eviction
         that needs the evicted keys): ``range_keys`` then ``delete_many`` of them."""

@@ -64,6 +64,21 @@ def encode_values(columns: Sequence) -> list[bytes]:
     kinds = [_value_kind(c.type) for c in cols]
     if None in kinds or n < SMALL:
         return [encode_value(row) for row in zip(*(c.to_pylist() for c in cols))]
+    return _encode_columns(cols, kinds, n).to_pylist()
+
+
+def encode_value_array(columns: Sequence) -> "pa.Array":
+    """``encode_values(columns)`` as one Arrow binary array (no Python bytes object per row)."""
+    cols = [_plain(c) for c in columns]
+    n = len(cols[0]) if cols else 0
+    kinds = [_value_kind(c.type) for c in cols]
+    if not cols or n < SMALL or None in kinds:
+        return binary_array(encode_values(cols))
+    return _encode_columns(cols, kinds, n)
+
+
+def _encode_columns(cols: list, kinds: list, n: int) -> "pa.Array":
+    """The values of n >= 1 rows of int, float and bool columns (``kinds``), as a binary array."""
     k = len(cols)
     widths, segs = [], []
     for c, kind in zip(cols, kinds):
@@ -121,7 +136,7 @@ def encode_values(columns: Sequence) -> list[bytes]:
     pieces = [head] + mark + segs + [tail]
     wcols = ([np.full((n, 1), 11)] + [np.ones((n, 1), np.int64)] * len(mark)
              + [w[:, None] for w in widths] + [np.full((n, 1), 3)])
-    return _compress(pieces, wcols).to_pylist()
+    return _compress(pieces, wcols)
 
 
 def decode_values(values: Sequence[bytes | None], types: Sequence) -> tuple[list["pa.Array"], "pa.Array"]:

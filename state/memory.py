@@ -91,6 +91,8 @@ class MemoryStateStore(StateStore):
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         if self._cols:
             self._to_dict()
+        if not self._s.data:                 # an empty store (a first batch): nothing to look up
+            return [None] * len(keys)
         g = self._s.data.get
         return [g(k) for k in keys]
 
@@ -284,6 +286,40 @@ class MemoryStateStore(StateStore):
             return
         if keys:
             self._forget(keys, olds)
+
+    def remove_columns(self, keys) -> None:
+        keys = mr.plain(keys)
+        if self._cols and not self._undo and self._bulk is None:
+            self._remove_runs(keys)
+        else:
+            self.remove_many(keys.to_pylist())
+
+    def _remove_runs(self, keys) -> None:
+        """remove_columns in run mode: from the runs by Arrow's hash lookups, the rest from the dict (rows
+        it held at load); recorded as a pop of _pop_runs (changelog, abort, _to_dict), the keys removed
+        from other than the batch's own run in the order given (as remove_many leaves the undo log)."""
+        s = self._s
+        if self._runs0 is None:
+            self._runs0 = list(s.runs)
+        kept, (nk, nv), others, (rest, rpos) = mr.remove_keys(s.runs, keys)
+        s.runs = kept
+        dkeys = rest.to_pylist() if len(rest) else []
+        dolds = list(map(s.data.pop, dkeys, repeat(None)))
+        if None in dolds:                                # absent after all: as delete_many, not removed
+            present = list(map(is_not, dolds, repeat(None)))
+            dkeys, dolds = list(compress(dkeys, present)), list(compress(dolds, present))
+            rpos = rpos[[i for i, p in enumerate(present) if p]]
+        if dkeys and s.index is not None:
+            s.index.discard_many(dkeys)
+        parts = ([others] if others is not None else []) + (
+            [(mr.as_array(dkeys), mr.as_array(dolds), rpos)] if dkeys else [])
+        other_k, other_v = mr.in_order(parts) if parts else ([], [])
+        popped = [a for a in (nk, nv) + (others[:2] if others is not None else ()) if a is not None]
+        from_runs = (len(nk) if nk is not None else 0) + (len(others[0]) if others is not None else 0)
+        s.run_rows -= from_runs
+        s.bytes -= sum(map(mr.nbytes, popped)) + sum(map(len, dkeys)) + sum(map(len, dolds))
+        self._pops.append((other_k, other_v, nk, dkeys, dolds))
+        self._removed += from_runs + len(dkeys)
 
     def _forget(self, keys: list[bytes], olds: list[bytes]) -> None:
         """The bookkeeping of keys just popped from the data with their old values: undo log,

@@ -64,6 +64,61 @@ def pop_runs(runs: list[Run], start: bytes | None, end: bytes | None):
             (_concat(popped[False][0]), _concat(popped[False][1])))
 
 
+def remove_keys(runs: list[Run], keys: pa.Array):
+    """Remove the rows of DISTINCT ``keys`` from the runs: (kept runs, the rows found in the batch's
+    own runs (``new``) as (keys, values) -- None, None when none --, the rows found in the others as
+    (keys, values, positions of those keys in ``keys``) -- None when none --, and the keys found in no
+    run with their positions). One hash lookup of the remaining keys per run (Arrow's index_in);
+    every run keeps its rows' order."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    kept: list[Run] = []
+    new_k: list = []
+    new_v: list = []
+    other: tuple[list, list, list] = ([], [], [])
+    rest, pos = keys, np.arange(len(keys))
+    for k, v, new in runs:
+        if not len(rest):
+            kept.append((k, v, new))
+            continue
+        at = pc.index_in(rest, value_set=k)
+        found = pc.is_valid(at)
+        n = int(pc.sum(found).as_py() or 0)
+        if n == 0:
+            kept.append((k, v, new))
+            continue
+        rows = at.filter(found)
+        fk = rest.filter(found)
+        if new:
+            new_k.append(fk)
+            new_v.append(v.take(rows))
+        else:
+            f = found.to_numpy(zero_copy_only=False)
+            other[0].append(fk)
+            other[1].append(v.take(rows))
+            other[2].append(pos[f])
+        if n < len(k):
+            keep = np.ones(len(k), np.bool_)
+            keep[rows.to_numpy()] = False
+            keep = pa.array(keep)
+            kept.append((k.filter(keep), v.filter(keep), new))
+        left = pc.invert(found)
+        rest, pos = rest.filter(left), pos[left.to_numpy(zero_copy_only=False)]
+    others = ((_concat(other[0]), _concat(other[1]), np.concatenate(other[2])) if other[0] else None)
+    return kept, (_concat(new_k), _concat(new_v)), others, (rest, pos)
+
+
+def in_order(parts: list[tuple]):
+    """One (keys, values) pair of arrays from parts (keys, values, positions), in the order of the
+    positions (distinct)."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    keys, values = _concat([p[0] for p in parts]), _concat([p[1] for p in parts])
+    pos = np.concatenate([p[2] for p in parts])
+    if len(pos) > 1 and not (pos[1:] > pos[:-1]).all():
+        order = pa.array(np.argsort(pos, kind="stable"))
+        keys, values = keys.take(order), values.take(order)
+    return keys, values
+
+
 def sorted_lists(keys: pa.Array, values: pa.Array | None = None) -> tuple[list[bytes], list | None]:
     """The keys in byte order as a list, and the values in the same order (if given)."""
     order = pc.sort_indices(keys)
