@@ -70,6 +70,11 @@ class StateStore(ABC):
         """``[get(k) for k in keys]`` (providers answer it without a Python call per key)."""
         return [self.get(k) for k in keys]
 
+    def multi_get_columns(self, keys) -> list[bytes | None]:
+        """``multi_get`` for keys given as an Arrow binary array (the memory provider answers an
+        empty store without a Python object per key)."""
+        return self.multi_get(keys.to_pylist())
+
     @abstractmethod
     def put(self, key: bytes, value: bytes) -> None: ...
 

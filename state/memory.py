@@ -96,6 +96,13 @@ class MemoryStateStore(StateStore):
         g = self._s.data.get
         return [g(k) for k in keys]
 
+    def multi_get_columns(self, keys) -> list[bytes | None]:
+        if self._cols:
+            self._to_dict()
+        if not self._s.data:
+            return [None] * len(keys)
+        return self.multi_get(mr.plain(keys).to_pylist())
+
     def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         if self._cols:
             self._to_dict()

@@ -313,10 +313,10 @@ class WindowAggregateOp(PhysicalOp):
                     keys = [b""] * part.num_rows
                 elif part.num_rows >= SMALL:
                     karr = encode_key_array([part.column(c) for c in keycols])
-                    keys = karr.to_pylist()
+                    keys = None                                     # as a list only if needed (below)
                 else:
                     keys = encode_keys([part.column(c) for c in keycols])
-                old += stores[p].multi_get(keys)
+                old += stores[p].multi_get(keys) if karr is None else stores[p].multi_get_columns(karr)
                 touched.append((p, part, keys, karr))
         if touched:  # one merge for every partition's groups (rows in partition order), no Python per group
             old_cols, existed = decode_values(old, self.acc.types)
@@ -331,14 +331,15 @@ class WindowAggregateOp(PhysicalOp):
             values = encode_value_array(merged.columns) if fresh else encode_values(merged.columns)
             at = 0
             for p, part, keys, karr in touched:
+                n = part.num_rows
                 if fresh:
-                    stores[p].insert_columns(karr, values.slice(at, len(keys)))
+                    stores[p].insert_columns(karr, values.slice(at, n))
                 else:
-                    stores[p].put_many(keys, values[at:at + len(keys)])
+                    stores[p].put_many(karr.to_pylist() if keys is None else keys, values[at:at + n])
                 if self.mode == "update":
                     emitted.append(([part.column(c) for c in keycols],
-                                    [merged.column(i).slice(at, len(keys)) for i in range(merged.num_columns)]))
-                at += len(keys)
+                                    [merged.column(i).slice(at, n) for i in range(merged.num_columns)]))
+                at += n
         for store in stores:
             if evict:
                 end = time_bound(ctx.eviction_watermark(self))

@@ -150,7 +150,7 @@ class DeduplicateOp(PhysicalOp):
             rows = (np.flatnonzero(pids == p) if len(stores) > 1 else np.arange(len(pids))) if cand.num_rows else ()
             if len(rows):   # keys and values of whole columns (state.columnar), one bulk write per store
                 karr = encode_key_array([c.take(rows) for c in kcols])
-                fresh = np.fromiter(map(is_, store.multi_get(karr.to_pylist()), repeat(None)), np.bool_, len(karr))
+                fresh = np.fromiter(map(is_, store.multi_get_columns(karr), repeat(None)), np.bool_, len(karr))
                 new_rows = rows[fresh]
                 emit[new_rows] = True
                 # the keys just read as absent, as Arrow columns: insert_columns (no second lookup; the
