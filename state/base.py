@@ -89,6 +89,11 @@ class StateStore(ABC):
         None, e.g. by ``multi_get``): a provider may skip looking them up again."""
         self.put_many(keys, values)
 
+    def put_columns(self, keys, values) -> None:
+        """``put_many`` for DISTINCT keys and values given as Arrow binary arrays (the memory provider
+        may keep them as arrays, replacing the rows of those keys it keeps so: state.memory_runs)."""
+        self.put_many(keys.to_pylist(), values.to_pylist())
+
     def insert_columns(self, keys, values) -> None:
         """``insert_many`` for keys and values given as Arrow binary arrays (the memory provider may
         keep them as arrays: state.memory_runs)."""

@@ -16,6 +16,57 @@ pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
 Run = tuple  # (keys: pa.Array of binary, values: pa.Array of binary, new: bool -- inserted by this batch)
+#: the fewest rows the store keeps as a run (fewer: the dict)
+MIN_ROWS = 256
+#: a keyed read of n keys probes the runs by Arrow while the runs hold at most PROBE_RATIO * n rows
+PROBE_RATIO = 4
+
+
+def lookup(runs: list[Run], keys: pa.Array):
+    """(per-run positions: an int32 array with nulls per run, the values found as one binary array with
+    nulls, the positions of the keys found in no run as a numpy array) for DISTINCT keys."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    olds = pa.nulls(len(keys), pa.binary())
+    at = []
+    for k, v, _ in runs:
+        pos = pc.index_in(keys, value_set=k)
+        at.append(pos)
+        if pos.null_count < len(pos):
+            olds = pc.coalesce(olds, v.take(pos))
+    rest = np.flatnonzero(~pc.is_valid(olds).to_numpy(zero_copy_only=False)) if len(keys) else np.zeros(0, np.int64)
+    return at, olds, rest
+
+
+def fill_at(values: pa.Array, positions, items: list) -> pa.Array:
+    """``values`` with items (bytes) at the positions (numpy, ascending)."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    idx = np.full(len(values), -1, np.int64)
+    idx[positions] = np.arange(len(items))
+    extra = pa.array(items, pa.binary())
+    took = extra.take(pa.array(np.where(idx >= 0, idx, 0))) if len(items) else pa.nulls(len(values), pa.binary())
+    return pc.if_else(pa.array(idx >= 0), took, values)
+
+
+def drop_rows(runs: list[Run], at: list) -> tuple[list[Run], int, int]:
+    """(the runs without the rows at the positions ``lookup`` found in each, rows dropped, bytes of
+    their keys and values)."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    kept: list[Run] = []
+    rows = nb = 0
+    for (k, v, new), pos in zip(runs, at):
+        if pos.null_count == len(pos):
+            kept.append((k, v, new))
+            continue
+        hit = pos.drop_null().to_numpy()
+        keep = np.ones(len(k), np.bool_)
+        keep[hit] = False
+        rows += len(hit)
+        gone = pa.array(~keep)
+        nb += nbytes(k.filter(gone)) + nbytes(v.filter(gone))
+        if len(hit) < len(k):
+            m = pa.array(keep)
+            kept.append((k.filter(m), v.filter(m), new))
+    return kept, rows, nb
 
 
 def range_mask(keys: pa.Array, start: bytes | None, end: bytes | None) -> pa.Array | None:

@@ -324,16 +324,19 @@ class WindowAggregateOp(PhysicalOp):
                 merged = self.acc.merge_columns(pa.concat_tables([t[1] for t in touched]), old_cols, existed)
             except ArithmeticOverflowError as e:
                 raise self._overflow(ctx, e) from None
-            # every group new (a first batch, new keys): keys and values as Arrow arrays, inserted as such
-            # (the memory store keeps them so: state.memory_runs); else one put_many of lists per store
-            fresh = (not evict and self.mode != "complete" and all(t[3] is not None for t in touched)
-                     and not pc.any(existed).as_py())
-            values = encode_value_array(merged.columns) if fresh else encode_values(merged.columns)
+            # many groups and no eviction or full scan in the batch: keys and values as Arrow arrays,
+            # inserted (every group new: a first batch) or put as such (the memory store keeps them so:
+            # state.memory_runs); else one put_many of lists per store
+            arrays = not evict and self.mode != "complete" and all(t[3] is not None for t in touched)
+            fresh = arrays and not pc.any(existed).as_py()
+            values = encode_value_array(merged.columns) if arrays else encode_values(merged.columns)
             at = 0
             for p, part, keys, karr in touched:
                 n = part.num_rows
                 if fresh:
                     stores[p].insert_columns(karr, values.slice(at, n))
+                elif arrays:
+                    stores[p].put_columns(karr, values.slice(at, n))
                 else:
                     stores[p].put_many(karr.to_pylist() if keys is None else keys, values[at:at + n])
                 if self.mode == "update":
