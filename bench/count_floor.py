@@ -9,8 +9,9 @@ groups are all new (the first batch): the partition by md5 of the key's text (th
 partitioning; DuckDB's md5_number on all its threads), the state key (encode_key's bytes, as one
 Arrow array), the value (the count pickled, as one Arrow array), the changelog (an Arrow IPC file of
 keys and values, written and fsynced). The memory store keeps the arrays (state.memory_runs): no
-lookup (an empty store) and no dict insert in that batch. A later batch that reads the keys pays for
-a Python bytes object and a dict entry per key: printed below the floor as "later batches". Each
+lookup (an empty store) and no dict insert in that batch. A later batch of as many keys looks them up
+in those arrays (Arrow's index_in) and replaces their rows; a batch small against them moves them into
+the dict (a Python bytes object and a dict entry per key): both printed below the floor. Each
 step is timed alone on the groups DuckDB computed (process CPU seconds: DuckDB's threads count;
 best of the rounds). Prints each step, the sum, DuckDB's GROUP BY, and the engine's whole count
 batch (high_cardinality.run_engine, memory store) beside them.
@@ -86,6 +87,11 @@ def main() -> None:
     floor = sum(c for _, c in steps)
     print(f"  {'sum: the floor beyond the GROUP BY':54s} cpu {floor * 1e3:7.1f} ms")
     print("  later batches, per key read back (not in the floor above):")
+    from state import memory_runs as mr
+    run = [(keys, values, False)]
+    at = step("    a batch of them against the kept arrays: lookup (index_in)", lambda: mr.lookup(run, keys)[0], False)
+    step("    ... and the put: the old rows dropped from the arrays", lambda: mr.drop_rows(run, at), False)
+    print("  the same through the dict (a batch small against the kept arrays moves them there):")
     klist = step("    the keys as Python bytes objects (to_pylist)", lambda: keys.to_pylist(), False)
     vlist = values.to_pylist()
     data: dict = {}
