@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/high_cardinality.py [--rows 2000000] [--keys 1000000] [--files 4]
         [--rounds 1] [--spark-python /path/to/python-with-pyspark] [--only count,dedup] [--stores memory,rocksdb]
-        [--key-type bigint|string]
+        [--key-type bigint|string] [--batches 1]
 (profile: py-spy record --threads -o out.svg -- python bench/high_cardinality.py --only count --stores memory)
 
 Input: Parquet files (k, event_time), every key at least once, the rest random repeats, shuffled;
-event times spread over one hour. One batch (available_now, every file in it), foreach_batch doing
+event times spread over one hour. One batch (available_now, every file in it; ``--batches N``: the
+files split evenly into N data batches, as max files per trigger on both sides), foreach_batch doing
 nothing, 2 state partitions:
   * count: ``group_by("k").count()``, update mode
   * dedup: ``with_watermark("event_time", "10 minutes").drop_duplicates_within_watermark(["k"])``
@@ -61,10 +62,10 @@ def _discard(table, batch_id) -> None:
     pass
 
 
-def run_engine(path: str, workload: str, store: str, key_type: str) -> tuple[float, dict]:
+def run_engine(path: str, workload: str, store: str, key_type: str, files_per_batch: int | None = None) -> tuple[float, dict]:
     import increments as inc
     schema = f"k {'BIGINT' if key_type == 'bigint' else 'STRING'}, event_time TIMESTAMP"
-    frame = inc.read_stream.files(path, "parquet", schema)
+    frame = inc.read_stream.files(path, "parquet", schema, max_files_per_trigger=files_per_batch)
     if workload == "count":
         out = frame.group_by("k").count()
         mode = "update"
@@ -99,6 +100,7 @@ SPARK_SCRIPT = r'''
 import json, sys, tempfile, time
 from pyspark.sql import SparkSession, functions as F
 path, key_type, runs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+per_batch = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
          .config("spark.network.timeout", "900s").config("spark.rpc.askTimeout", "900s")   # a loaded machine
          .config("spark.executor.heartbeatInterval", "60s")
@@ -118,7 +120,8 @@ def jvm_cpu():
         return None
 def once(workload, store, p):
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[store])
-    df = spark.readStream.format("parquet").schema(schema).load(p)
+    r = spark.readStream.format("parquet").schema(schema)
+    df = (r.option("maxFilesPerTrigger", per_batch) if per_batch and p == path else r).load(p)
     if workload == "count":
         out, mode = df.groupBy("k").count(), "update"
     else:
@@ -142,11 +145,11 @@ for workload, store in runs:
 '''
 
 
-def run_spark(spark_python: str, path: str, warm: str, key_type: str, runs: list) -> tuple[dict, dict]:
+def run_spark(spark_python: str, path: str, warm: str, key_type: str, runs: list, per_batch: int = 0) -> tuple[dict, dict]:
     """({(workload, store): best wall s}, {(workload, store): best CPU s of the JVM, if known})."""
     script = os.path.join(tempfile.mkdtemp(), "spark_hc.py")
     open(script, "w").write(SPARK_SCRIPT)
-    p = subprocess.run([spark_python, script, path, key_type, json.dumps(runs), warm],
+    p = subprocess.run([spark_python, script, path, key_type, json.dumps(runs), warm, str(per_batch)],
                        capture_output=True, text=True, timeout=3600)
     out: dict = {}
     cpu: dict = {}
@@ -177,14 +180,18 @@ def main() -> None:
     ap.add_argument("--stores", default="memory,rocksdb")
     ap.add_argument("--key-type", default="bigint", choices=("bigint", "string"))
     ap.add_argument("--spark-python", default=os.environ.get("SPARK_PYTHON"))
+    ap.add_argument("--batches", type=int, default=1, help="data batches: the files split evenly (max files per trigger)")
     ap.add_argument("--dir", default=os.environ.get("INCREMENTS_BENCH_DIR") or tempfile.gettempdir())
     a = ap.parse_args()
     path = generate(a.dir, a.rows, a.keys, a.files, a.key_type)
+    if a.batches < 1 or a.files % a.batches:
+        ap.error("--batches must divide --files")
+    per_batch = a.files // a.batches if a.batches > 1 else None
     warm = generate(a.dir, 2000, 1000, 1, a.key_type)
     workloads = a.only.split(",")
     stores = a.stores.split(",")
     print(f"high cardinality: {a.rows:,} rows into {a.keys:,} keys ({a.key_type}), {a.files} Parquet files, "
-          f"one batch, {STATE_PARTITIONS} state partitions, foreach_batch doing nothing   ({load()})")
+          f"{a.batches} data batch(es), {STATE_PARTITIONS} state partitions, foreach_batch doing nothing   ({load()})")
     for w in workloads:                       # warm-up: imports, DuckDB, the first RocksDB open
         for s in stores:
             run_engine(warm, w, s, a.key_type)
@@ -195,7 +202,7 @@ def main() -> None:
     for r in range(a.rounds):
         for w in workloads:
             for s in stores:
-                secs, _ = run_engine(path, w, s, a.key_type)
+                secs, _ = run_engine(path, w, s, a.key_type, per_batch)
                 eng[(w, s)] = min(eng.get((w, s), secs), secs)
                 eng_cpu[(w, s)] = min(eng_cpu.get((w, s), run_engine.cpu), run_engine.cpu)
                 print(f"engine {w:5s} {s:7s}: {secs:6.2f} s   cpu {run_engine.cpu:6.2f} s   ({load()})")
@@ -204,7 +211,7 @@ def main() -> None:
     if a.spark_python and os.path.exists(a.spark_python) and shutil.which("java"):
         runs = [(w, s) for _ in range(a.rounds) for w in workloads for s in ("hdfs", "rocksdb")]
         t0 = time.perf_counter()
-        sp, sp_cpu = run_spark(a.spark_python, path, warm, a.key_type, runs)
+        sp, sp_cpu = run_spark(a.spark_python, path, warm, a.key_type, runs, per_batch or 0)
         for (w, s), secs in sp.items():
             print(f"spark  {w:5s} {s:7s}: {secs:6.2f} s   cpu {sp_cpu.get((w, s), float('nan')):6.2f} s (the JVM)   ({load()})")
         print(f"  (the Spark process took {time.perf_counter() - t0:.0f} s with its start and warm-up)")

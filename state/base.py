@@ -70,6 +70,11 @@ class StateStore(ABC):
         """``[get(k) for k in keys]`` (providers answer it without a Python call per key)."""
         return [self.get(k) for k in keys]
 
+    def multi_get_columns(self, keys) -> list[bytes | None]:
+        """``multi_get`` for keys given as an Arrow binary array (the memory provider answers an
+        empty store without a Python object per key)."""
+        return self.multi_get(keys.to_pylist())
+
     @abstractmethod
     def put(self, key: bytes, value: bytes) -> None: ...
 
@@ -83,6 +88,11 @@ class StateStore(ABC):
         """``put_many`` for DISTINCT keys the store does not hold (the caller has just read them as
         None, e.g. by ``multi_get``): a provider may skip looking them up again."""
         self.put_many(keys, values)
+
+    def put_columns(self, keys, values) -> None:
+        """``put_many`` for DISTINCT keys and values given as Arrow binary arrays (the memory provider
+        may keep them as arrays, replacing the rows of those keys it keeps so: state.memory_runs)."""
+        self.put_many(keys.to_pylist(), values.to_pylist())
 
     def insert_columns(self, keys, values) -> None:
         """``insert_many`` for keys and values given as Arrow binary arrays (the memory provider may
@@ -117,6 +127,11 @@ class StateStore(ABC):
         """``delete_many`` for DISTINCT keys the caller knows the store holds (an eviction found through
         a side index): a provider may skip checking which of them exist."""
         self.delete_many(keys)
+
+    def remove_columns(self, keys) -> None:
+        """``remove_many`` for keys given as an Arrow binary array (the memory provider removes them
+        from the arrays it keeps without a Python object per key: state.memory_runs)."""
+        self.remove_many(keys.to_pylist())
 
     def pop_range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Delete the rows with start <= key < end and return their keys, in order (an eviction

@@ -16,12 +16,14 @@ The sorted key index (for range scans and snapshots) is built at the first order
 up to date: a store that is only read and written by key (a dedup's keys, a count's groups) never
 pays for keeping its keys in order.
 
-Rows inserted by ``insert_columns`` (Arrow arrays: a dedup's expiry index) are kept as those arrays
-("runs", state.memory_runs) while the store is only inserted into that way and popped by range
-(``pop_range_keys``); the batch's changelog is then written from the arrays. Any other read or write
-first moves the runs into the dict and the batch's run operations into the undo log, exactly as if
-they had been insert_many and pop_range_keys calls (``_to_dict``): same content, counts, changelog
-rows in the same order, and abort.
+Rows written by ``insert_columns`` or ``put_columns`` (Arrow arrays: a dedup's keys and expiry index,
+a count's groups) are kept as those arrays ("runs", state.memory_runs) while the store is written that
+way, popped by range (``pop_range_keys``), removed by ``remove_columns`` and read by
+``multi_get_columns`` of a batch not small against the runs (an Arrow hash lookup per run; a
+``put_columns`` replaces the rows of its keys by its own run); the batch's changelog is then written
+from the arrays. Any other read or write first moves the runs into the dict and the batch's run
+operations into the undo log, exactly as if they had been insert_many / put_many, pop_range_keys and
+remove_many calls (``_to_dict``): same content, counts, changelog rows in the same order, and abort.
 """
 from __future__ import annotations
 
@@ -31,11 +33,15 @@ from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import is_, is_not
 
+from increments.lazy import lazy_module
+
 from . import files
 from . import memory_runs as mr
 from .base import StateMetrics, StateStore, StateStoreError
 from .filebacked import FileBackedProvider
 from .sortedkeys import SortedKeys, sorted_pairs
+
+pa = lazy_module("pyarrow")
 
 _ROW_OVERHEAD = 120  # rough per-row cost of dict entry + bytes headers + index slot
 
@@ -81,6 +87,7 @@ class MemoryStateStore(StateStore):
         self._ins: tuple | None = None
         self._pops: list[tuple] = []
         self._cols = bool(loaded.runs)     # runs held, or run operations this batch: _to_dict first
+        self._looked: tuple | None = None   # the last keyed read of the runs (_lookup_runs)
 
     # -- reads -------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -91,8 +98,75 @@ class MemoryStateStore(StateStore):
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         if self._cols:
             self._to_dict()
+        if not self._s.data:                 # an empty store (a first batch): nothing to look up
+            return [None] * len(keys)
         g = self._s.data.get
         return [g(k) for k in keys]
+
+    def multi_get_columns(self, keys) -> list[bytes | None]:
+        keys = mr.plain(keys)
+        if self._probe_runs(len(keys)):
+            return self._lookup_runs(keys)[3]
+        if self._cols:
+            self._to_dict()
+        if not self._s.data:
+            return [None] * len(keys)
+        return self.multi_get(keys.to_pylist())
+
+    def _probe_runs(self, n: int) -> bool:
+        """Whether a keyed read (and put_columns) of n keys works on the runs: looks them up by Arrow (a
+        hash table of each run per call: worth it while the batch is not small against the runs) instead
+        of moving them into the dict (once, for every later read). Only before the batch's first write."""
+        s = self._s
+        return (n >= mr.MIN_ROWS and not self._undo and self._bulk is None and self._ins is None and not self._pops
+                and s.index is None and n * mr.PROBE_RATIO >= s.run_rows)
+
+    def _lookup_runs(self, keys):
+        """(signature, keys, per-run positions, values as a list, old values array, dict keys found,
+        their positions) of a keyed read in run mode: the runs by index_in, the rest from the dict;
+        kept for the put_columns of the same keys (the signature tells whether anything changed)."""
+        s = self._s
+        sig = (id(keys), id(s.runs), len(s.data), self._updated, self._removed)
+        if self._looked is not None and self._looked[0] == sig and self._looked[1] is keys:
+            return self._looked
+        at, olds, rest = mr.lookup(s.runs, keys)
+        dkeys, dpos = [], None
+        if s.data and len(rest):
+            import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+            rk = (keys if len(rest) == len(keys) else keys.take(pa.array(rest))).to_pylist()
+            dv = list(map(s.data.get, rk))
+            hit = np.fromiter(map(is_not, dv, repeat(None)), np.bool_, len(dv))
+            if hit.any():
+                dpos = rest[hit]
+                dkeys = list(compress(rk, hit))
+                olds = mr.fill_at(olds, dpos, list(compress(dv, hit)))
+        values = olds.to_pylist()
+        self._looked = (sig, keys, at, values, olds, dkeys, dpos)
+        return self._looked
+
+    def put_columns(self, keys, values) -> None:
+        keys, values = mr.plain(keys), mr.plain(values)
+        s = self._s
+        if not self._probe_runs(len(keys)):
+            if self._cols:
+                self._to_dict()
+            self.put_many(keys.to_pylist(), values.to_pylist())
+            return
+        _, _, at, _, olds, dkeys, _ = self._lookup_runs(keys)
+        self._looked = None
+        if self._runs0 is None:
+            self._runs0 = list(s.runs)
+        kept, gone_k, gone_v = mr.drop_rows(s.runs, at)
+        dolds = list(map(s.data.pop, dkeys))
+        n = len(keys)
+        s.runs = kept + [(keys, values, True)]
+        s.run_rows += n - gone_k
+        s.bytes += mr.nbytes(keys) + mr.nbytes(values) - gone_v - sum(map(len, dkeys)) - sum(map(len, dolds))
+        self._ins = (keys, values, olds)
+        if dkeys:                                        # for abort: the dict's rows back (no changelog rows)
+            self._pops.append(([], [], None, dkeys, dolds))
+        self._updated += n
+        self._cols = True
 
     def range_scan(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         if self._cols:
@@ -165,7 +239,7 @@ class MemoryStateStore(StateStore):
             return
         if self._runs0 is None:
             self._runs0 = list(s.runs)
-        self._ins = (keys, values)
+        self._ins = (keys, values, None)
         s.runs = s.runs + [(keys, values, True)]
         s.run_rows += n
         s.bytes += mr.nbytes(keys) + mr.nbytes(values)
@@ -192,7 +266,9 @@ class MemoryStateStore(StateStore):
             s.index.add_many(moved)
         if ins is None and not pops:
             return
-        undo = dict.fromkeys(ins[0].to_pylist()) if ins is not None else {}
+        undo = {}
+        if ins is not None:
+            undo = dict.fromkeys(ins[0].to_pylist()) if ins[2] is None else dict(zip(ins[0].to_pylist(), ins[2].to_pylist()))
         for other_k, other_v, _, _, _ in pops:
             deque(map(undo.setdefault, mr.as_list(other_k), mr.as_list(other_v)), maxlen=0)
         self._undo, self._bulk = undo, None
@@ -285,6 +361,40 @@ class MemoryStateStore(StateStore):
         if keys:
             self._forget(keys, olds)
 
+    def remove_columns(self, keys) -> None:
+        keys = mr.plain(keys)
+        if self._cols and not self._undo and self._bulk is None:
+            self._remove_runs(keys)
+        else:
+            self.remove_many(keys.to_pylist())
+
+    def _remove_runs(self, keys) -> None:
+        """remove_columns in run mode: from the runs by Arrow's hash lookups, the rest from the dict (rows
+        it held at load); recorded as a pop of _pop_runs (changelog, abort, _to_dict), the keys removed
+        from other than the batch's own run in the order given (as remove_many leaves the undo log)."""
+        s = self._s
+        if self._runs0 is None:
+            self._runs0 = list(s.runs)
+        kept, (nk, nv), others, (rest, rpos) = mr.remove_keys(s.runs, keys)
+        s.runs = kept
+        dkeys = rest.to_pylist() if len(rest) else []
+        dolds = list(map(s.data.pop, dkeys, repeat(None)))
+        if None in dolds:                                # absent after all: as delete_many, not removed
+            present = list(map(is_not, dolds, repeat(None)))
+            dkeys, dolds = list(compress(dkeys, present)), list(compress(dolds, present))
+            rpos = rpos[[i for i, p in enumerate(present) if p]]
+        if dkeys and s.index is not None:
+            s.index.discard_many(dkeys)
+        parts = ([others] if others is not None else []) + (
+            [(mr.as_array(dkeys), mr.as_array(dolds), rpos)] if dkeys else [])
+        other_k, other_v = mr.in_order(parts) if parts else ([], [])
+        popped = [a for a in (nk, nv) + (others[:2] if others is not None else ()) if a is not None]
+        from_runs = (len(nk) if nk is not None else 0) + (len(others[0]) if others is not None else 0)
+        s.run_rows -= from_runs
+        s.bytes -= sum(map(mr.nbytes, popped)) + sum(map(len, dkeys)) + sum(map(len, dolds))
+        self._pops.append((other_k, other_v, nk, dkeys, dolds))
+        self._removed += from_runs + len(dkeys)
+
     def _forget(self, keys: list[bytes], olds: list[bytes]) -> None:
         """The bookkeeping of keys just popped from the data with their old values: undo log,
         index, byte count, removed count."""
@@ -316,6 +426,7 @@ class MemoryStateStore(StateStore):
         self._bulk = None
         self._s.runs = mr.compact(self._s.runs)
         self._runs0, self._ins, self._pops = None, None, []
+        self._looked = None
         self._cols = bool(self._s.runs)
         self._bytes_at_load = self._s.bytes
         self._updated = self._removed = 0
@@ -325,7 +436,7 @@ class MemoryStateStore(StateStore):
         if self._ins is not None or self._pops:          # run mode: the arrays (see _to_dict for the order)
             keys, values = [], []
             if self._ins is not None:
-                ik, iv = self._ins
+                ik, iv, _ = self._ins
                 gone = [nk for _, _, nk, _, _ in self._pops if nk is not None]
                 if gone:
                     iv = mr.null_where_in(ik, iv, gone)
@@ -364,6 +475,7 @@ class MemoryStateStore(StateStore):
             s.runs, s.run_rows = self._runs0, sum(len(r[0]) for r in self._runs0)
             s.index = None
         self._runs0, self._ins, self._pops = None, None, []
+        self._looked = None
         self._cols = bool(s.runs)
         s.bytes = self._bytes_at_load
         self._updated = self._removed = 0

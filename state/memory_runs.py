@@ -16,6 +16,57 @@ pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
 Run = tuple  # (keys: pa.Array of binary, values: pa.Array of binary, new: bool -- inserted by this batch)
+#: the fewest rows the store keeps as a run (fewer: the dict)
+MIN_ROWS = 256
+#: a keyed read of n keys probes the runs by Arrow while the runs hold at most PROBE_RATIO * n rows
+PROBE_RATIO = 4
+
+
+def lookup(runs: list[Run], keys: pa.Array):
+    """(per-run positions: an int32 array with nulls per run, the values found as one binary array with
+    nulls, the positions of the keys found in no run as a numpy array) for DISTINCT keys."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    olds = pa.nulls(len(keys), pa.binary())
+    at = []
+    for k, v, _ in runs:
+        pos = pc.index_in(keys, value_set=k)
+        at.append(pos)
+        if pos.null_count < len(pos):
+            olds = pc.coalesce(olds, v.take(pos))
+    rest = np.flatnonzero(~pc.is_valid(olds).to_numpy(zero_copy_only=False)) if len(keys) else np.zeros(0, np.int64)
+    return at, olds, rest
+
+
+def fill_at(values: pa.Array, positions, items: list) -> pa.Array:
+    """``values`` with items (bytes) at the positions (numpy, ascending)."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    idx = np.full(len(values), -1, np.int64)
+    idx[positions] = np.arange(len(items))
+    extra = pa.array(items, pa.binary())
+    took = extra.take(pa.array(np.where(idx >= 0, idx, 0))) if len(items) else pa.nulls(len(values), pa.binary())
+    return pc.if_else(pa.array(idx >= 0), took, values)
+
+
+def drop_rows(runs: list[Run], at: list) -> tuple[list[Run], int, int]:
+    """(the runs without the rows at the positions ``lookup`` found in each, rows dropped, bytes of
+    their keys and values)."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    kept: list[Run] = []
+    rows = nb = 0
+    for (k, v, new), pos in zip(runs, at):
+        if pos.null_count == len(pos):
+            kept.append((k, v, new))
+            continue
+        hit = pos.drop_null().to_numpy()
+        keep = np.ones(len(k), np.bool_)
+        keep[hit] = False
+        rows += len(hit)
+        gone = pa.array(~keep)
+        nb += nbytes(k.filter(gone)) + nbytes(v.filter(gone))
+        if len(hit) < len(k):
+            m = pa.array(keep)
+            kept.append((k.filter(m), v.filter(m), new))
+    return kept, rows, nb
 
 
 def range_mask(keys: pa.Array, start: bytes | None, end: bytes | None) -> pa.Array | None:
@@ -62,6 +113,61 @@ def pop_runs(runs: list[Run], start: bytes | None, end: bytes | None):
         kept.append((k.filter(rest), v.filter(rest), new))
     return (kept, (_concat(popped[True][0]), _concat(popped[True][1])),
             (_concat(popped[False][0]), _concat(popped[False][1])))
+
+
+def remove_keys(runs: list[Run], keys: pa.Array):
+    """Remove the rows of DISTINCT ``keys`` from the runs: (kept runs, the rows found in the batch's
+    own runs (``new``) as (keys, values) -- None, None when none --, the rows found in the others as
+    (keys, values, positions of those keys in ``keys``) -- None when none --, and the keys found in no
+    run with their positions). One hash lookup of the remaining keys per run (Arrow's index_in);
+    every run keeps its rows' order."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    kept: list[Run] = []
+    new_k: list = []
+    new_v: list = []
+    other: tuple[list, list, list] = ([], [], [])
+    rest, pos = keys, np.arange(len(keys))
+    for k, v, new in runs:
+        if not len(rest):
+            kept.append((k, v, new))
+            continue
+        at = pc.index_in(rest, value_set=k)
+        found = pc.is_valid(at)
+        n = int(pc.sum(found).as_py() or 0)
+        if n == 0:
+            kept.append((k, v, new))
+            continue
+        rows = at.filter(found)
+        fk = rest.filter(found)
+        if new:
+            new_k.append(fk)
+            new_v.append(v.take(rows))
+        else:
+            f = found.to_numpy(zero_copy_only=False)
+            other[0].append(fk)
+            other[1].append(v.take(rows))
+            other[2].append(pos[f])
+        if n < len(k):
+            keep = np.ones(len(k), np.bool_)
+            keep[rows.to_numpy()] = False
+            keep = pa.array(keep)
+            kept.append((k.filter(keep), v.filter(keep), new))
+        left = pc.invert(found)
+        rest, pos = rest.filter(left), pos[left.to_numpy(zero_copy_only=False)]
+    others = ((_concat(other[0]), _concat(other[1]), np.concatenate(other[2])) if other[0] else None)
+    return kept, (_concat(new_k), _concat(new_v)), others, (rest, pos)
+
+
+def in_order(parts: list[tuple]):
+    """One (keys, values) pair of arrays from parts (keys, values, positions), in the order of the
+    positions (distinct)."""
+    import numpy as np  # noqa: PLC0415 - numpy stays off `import state` (the code location)
+    keys, values = _concat([p[0] for p in parts]), _concat([p[1] for p in parts])
+    pos = np.concatenate([p[2] for p in parts])
+    if len(pos) > 1 and not (pos[1:] > pos[:-1]).all():
+        order = pa.array(np.argsort(pos, kind="stable"))
+        keys, values = keys.take(order), values.take(order)
+    return keys, values
 
 
 def sorted_lists(keys: pa.Array, values: pa.Array | None = None) -> tuple[list[bytes], list | None]:

@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import encode_keys
-from state.columnar_values import decode_values, encode_values
+from state.columnar import SMALL, encode_key_array, encode_keys
+from state.columnar_values import decode_values, encode_value_array, encode_values
 
 from ..errors import AnalysisException, ArithmeticOverflowError
 from ..functions import AggExpr, SessionWindowSpec, WindowSpec
@@ -303,27 +303,46 @@ class WindowAggregateOp(PhysicalOp):
         emitted: list[tuple[list[pa.Array], list[pa.Array]]] = []   # (key columns, acc columns) per part
         evict = self.watermarked and self.mode in ("append", "update")
         parts = split_by_partition(partials, len(stores))
-        touched: list[tuple[int, pa.Table, list[bytes]]] = []   # (partition, its groups, their keys)
+        # (partition, its groups, their keys, the keys as an Arrow array when there are many)
+        touched: list[tuple[int, pa.Table, list[bytes], pa.Array | None]] = []
         old: list[bytes | None] = []
         for p, part in enumerate(parts):
             if part.num_rows:
-                keys = encode_keys([part.column(c) for c in keycols]) if keycols else [b""] * part.num_rows
-                old += stores[p].multi_get(keys)
-                touched.append((p, part, keys))
+                karr = None
+                if not keycols:
+                    keys = [b""] * part.num_rows
+                elif part.num_rows >= SMALL:
+                    karr = encode_key_array([part.column(c) for c in keycols])
+                    keys = None                                     # as a list only if needed (below)
+                else:
+                    keys = encode_keys([part.column(c) for c in keycols])
+                old += stores[p].multi_get(keys) if karr is None else stores[p].multi_get_columns(karr)
+                touched.append((p, part, keys, karr))
         if touched:  # one merge for every partition's groups (rows in partition order), no Python per group
             old_cols, existed = decode_values(old, self.acc.types)
             try:
-                merged = self.acc.merge_columns(pa.concat_tables([part for _, part, _ in touched]), old_cols, existed)
+                merged = self.acc.merge_columns(pa.concat_tables([t[1] for t in touched]), old_cols, existed)
             except ArithmeticOverflowError as e:
                 raise self._overflow(ctx, e) from None
-            values = encode_values(merged.columns)
+            # many groups and no eviction or full scan in the batch: keys and values as Arrow arrays,
+            # inserted (every group new: a first batch) or put as such (the memory store keeps them so:
+            # state.memory_runs); else one put_many of lists per store
+            arrays = not evict and self.mode != "complete" and all(t[3] is not None for t in touched)
+            fresh = arrays and not pc.any(existed).as_py()
+            values = encode_value_array(merged.columns) if arrays else encode_values(merged.columns)
             at = 0
-            for p, part, keys in touched:
-                stores[p].put_many(keys, values[at:at + len(keys)])
+            for p, part, keys, karr in touched:
+                n = part.num_rows
+                if fresh:
+                    stores[p].insert_columns(karr, values.slice(at, n))
+                elif arrays:
+                    stores[p].put_columns(karr, values.slice(at, n))
+                else:
+                    stores[p].put_many(karr.to_pylist() if keys is None else keys, values[at:at + n])
                 if self.mode == "update":
                     emitted.append(([part.column(c) for c in keycols],
-                                    [merged.column(i).slice(at, len(keys)) for i in range(merged.num_columns)]))
-                at += len(keys)
+                                    [merged.column(i).slice(at, n) for i in range(merged.num_columns)]))
+                at += n
         for store in stores:
             if evict:
                 end = time_bound(ctx.eviction_watermark(self))

@@ -19,7 +19,7 @@ Recovery: state version N-1 is loaded and N committed by the engine, so a redo i
 """
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import repeat
 from operator import is_
 from typing import Any
 
@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state.columnar import encode_key_array, encode_keys
-from state.columnar_values import encode_values
+from state.columnar import encode_key_array
+from state.columnar_values import encode_value_array
 from state.encoding import encode_value
 from state.memory_runs import empty_values
 
@@ -149,22 +149,22 @@ class DeduplicateOp(PhysicalOp):
             idx = index[p] if index else None
             rows = (np.flatnonzero(pids == p) if len(stores) > 1 else np.arange(len(pids))) if cand.num_rows else ()
             if len(rows):   # keys and values of whole columns (state.columnar), one bulk write per store
-                keys = encode_keys([c.take(rows) for c in kcols])
-                fresh = np.fromiter(map(is_, store.multi_get(keys), repeat(None)), np.bool_, len(keys))
-                new_keys = list(compress(keys, fresh))
+                karr = encode_key_array([c.take(rows) for c in kcols])
+                fresh = np.fromiter(map(is_, store.multi_get_columns(karr), repeat(None)), np.bool_, len(karr))
                 new_rows = rows[fresh]
                 emit[new_rows] = True
-                # the keys just read as absent: insert_many (no second lookup); the index's keys are new
-                # too (an (expiry, key) pair of a key absent from the store is absent from the index),
-                # as Arrow columns (the memory store keeps them so: state.memory_runs)
-                if self.within:
-                    exp = expiry.take(new_rows)
-                    store.insert_many(new_keys, encode_values([exp]))
-                    if len(new_rows):
+                # the keys just read as absent, as Arrow columns: insert_columns (no second lookup; the
+                # memory store keeps them as arrays: state.memory_runs); the index's keys are new too (an
+                # (expiry, key) pair of a key absent from the store is absent from the index)
+                if len(new_rows):
+                    new_keys = karr if len(new_rows) == len(rows) else karr.filter(pa.array(fresh))
+                    if self.within:
+                        exp = expiry.take(new_rows)
+                        store.insert_columns(new_keys, encode_value_array([exp]))
                         ik = encode_key_array([exp] + [cand.column(c).take(new_rows) for c in self.key_cols])
                         idx.insert_columns(ik, empty_values(len(ik)))
-                else:
-                    store.insert_many(new_keys, [_EMPTY] * len(new_keys))
+                    else:
+                        store.insert_columns(new_keys, pa.array([_EMPTY] * len(new_rows), pa.binary()))
             self._evict(ctx, store, idx)
         if not emit.any():
             return self.schema.empty_table()
@@ -175,19 +175,19 @@ class DeduplicateOp(PhysicalOp):
         if self.within:
             ikeys = index.pop_range_columns(None, end)
             if len(ikeys):   # an index key is (expiry, *key): the key's bytes follow the expiry's (an int, or null)
-                store.remove_many(_after_expiry(ikeys))     # each one stored
+                store.remove_columns(_after_expiry(ikeys))     # each one stored
         elif self.time_in_key:
             store.delete_range(None, end)
 
 
-def _after_expiry(ikeys: pa.Array) -> list[bytes]:
+def _after_expiry(ikeys: pa.Array) -> pa.Array:
     """The store keys of expiry-index keys: what follows the expiry's encoding (9 bytes for an int, 1
     for a null), sliced in Arrow when every expiry is an int."""
     if len(ikeys) and not ikeys.null_count and pc.all(
             pc.equal(pc.binary_slice(ikeys, 0, 1), pa.scalar(b"\x10", ikeys.type))).as_py():
         # an explicit stop: pyarrow 26's binary_slice without one fails ("Negative buffer resize")
-        return pc.binary_slice(ikeys, 9, pc.max(pc.binary_length(ikeys)).as_py()).to_pylist()
-    return [k[9:] if k[0] == 0x10 else k[1:] for k in ikeys.to_pylist()]
+        return pc.binary_slice(ikeys, 9, pc.max(pc.binary_length(ikeys)).as_py())
+    return pa.array([k[9:] if k[0] == 0x10 else k[1:] for k in ikeys.to_pylist()], pa.binary())
 
 
 def build_dedup(compiler: Any, node: n.Deduplicate) -> PhysicalOp:

@@ -9,7 +9,7 @@ batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
         that are not preserved, and from there into the scan (plan/join_pushdown.py); on a preserved side
         a one-sided conjunct is the pre-join filter: failing rows get their NULL row at once
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
-    key text + partition (md5_number(key text) % partitions) of every new row, in DuckDB
+    key text + partition (md5_number(key text) % partitions: partitioning.md5_mod_sql) of every new row, in DuckDB
     load the stored rows of each side whose key occurs among the OTHER side's new rows (the only
         stored rows that can pair: one is_in on the key text over the stored chunks, which the operator keeps decoded in memory from the batch
         before when the store was loaded at exactly the state it committed: _take_mirrors)
@@ -52,6 +52,7 @@ from . import join_state as js
 from .base import BatchContext, PhysicalOp
 from .join_condition import JoinSpec, Side, analyse, event_time_us_sql
 from .join_outputs import select_list
+from .partitioning import md5_mod_sql
 from .join_static import StreamStaticJoinOp
 
 log = redacting_logger("increments.join")
@@ -281,7 +282,7 @@ class StreamStreamJoinOp(PhysicalOp):
         tcol = self.offsets.get(side, (None,))[0]
         t = event_time_us_sql(tcol, s.schema) if tcol else "NULL::BIGINT"
         alias = f" AS {quote_ident(s.alias)}" if s.alias else ""
-        out = run_sql(f"SELECT {ktext} AS k, CAST(md5_number({ktext}) % {partitions} AS BIGINT) AS p, {t} AS t "
+        out = run_sql(f"SELECT {ktext} AS k, CAST({md5_mod_sql(ktext, partitions)} AS BIGINT) AS p, {t} AS t "
                       f"FROM __e{alias}", {"__e": table})
         return (out.column("k").combine_chunks().cast(pa.string()),
                 out.column("p").to_numpy().astype(np.int64), out.column("t").combine_chunks().cast(pa.int64()))

@@ -66,5 +66,5 @@ def test_store_keys_of_expiry_index_keys_sliced_in_arrow():
     a = _pa.array(ks, _pa.binary())
     for arr, src in ((a, ks), (a.slice(100, 2000), ks[100:2100]),
                      (_pa.concat_arrays([a.slice(5, 10), a.slice(2000)]), ks[5:15] + ks[2000:])):
-        assert _after_expiry(arr) == [k[9:] for k in src]
-    assert _after_expiry(_pa.array(ks[:3] + [b"\x01abc"], _pa.binary())) == [k[9:] for k in ks[:3]] + [b"abc"]
+        assert _after_expiry(arr).to_pylist() == [k[9:] for k in src]
+    assert _after_expiry(_pa.array(ks[:3] + [b"\x01abc"], _pa.binary())).to_pylist() == [k[9:] for k in ks[:3]] + [b"abc"]

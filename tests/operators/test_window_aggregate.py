@@ -281,3 +281,22 @@ def test_group_by_a_decimal_key(tmp_path, store):
     src.add_data([{"price": D("1.25"), "n": 10}, {"price": D("0.00"), "n": 5}])
     q.start().await_termination()
     assert out == {0: [("-3.50", 1, 2), ("1.25", 2, 4)], 1: [("0.00", 1, 5), ("1.25", 3, 14)]}
+
+
+def test_md5_mod_sql_is_the_128_bit_remainder():
+    """partitioning.md5_mod_sql (the digest's halves) equals DuckDB's md5_number(text) % n over texts
+    of every length and partition counts up to 2**31 - 1 (the partition of every stored key)."""
+    import random
+
+    import pyarrow as pa
+
+    from increments.operators.partitioning import md5_mod_sql
+    from increments.sql import run_sql
+    rnd = random.Random(7)
+    texts = ["", "\\N", "é", "a\x1fb"] + [str(rnd.randrange(-2 ** 63, 2 ** 63)) for _ in range(300)] + [
+        "".join(chr(rnd.randrange(32, 0x3000)) for _ in range(rnd.randrange(1, 90))) for _ in range(300)]
+    t = pa.table({"s": pa.array(texts + [None], pa.string())})
+    for n in (2, 3, 4, 7, 64, 200, 1000003, 2 ** 31 - 1):
+        got = run_sql(f"SELECT {md5_mod_sql('s', n)} AS p FROM __t", {"__t": t}).column(0).to_pylist()
+        want = run_sql(f"SELECT CAST(md5_number(s) % {n} AS INTEGER) AS p FROM __t", {"__t": t}).column(0).to_pylist()
+        assert got == want

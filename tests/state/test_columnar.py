@@ -123,3 +123,19 @@ def test_large_positive_ints_as_pickle_writes_them(lo, hi):
     v = pa.array(np.concatenate([[lo, hi], rng.integers(lo, hi, 398, dtype=np.int64, endpoint=True)]))
     for cols in ([v], [v, pa.array(rng.integers(0, 300, 400))]):
         assert encode_values(cols) == [encode_value(t) for t in zip(*(c.to_pylist() for c in cols))]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_values_of_one_width_per_element_as_pickle_writes_them(k):
+    """Rows whose every element has one width (counts, times, floats, booleans without nulls: one
+    layout, written column by column), with MARK beyond three elements; encode_value_array too."""
+    from state.columnar_values import encode_value_array
+    r = np.random.default_rng(k)
+    kinds = [pa.array(r.integers(0, 256, 500)), pa.array(r.integers(2 ** 50, 2 ** 51, 500)),
+             pa.array(r.normal(size=500)), pa.array(r.integers(0, 2, 500).astype(bool)), pa.array(r.integers(1, 9, 500))]
+    cols = [kinds[(i * 3 + k) % len(kinds)] for i in range(k)]
+    want = [encode_value(t) for t in zip(*(c.to_pylist() for c in cols))]
+    assert encode_values(cols) == want
+    assert encode_value_array(cols).to_pylist() == want
+    with_null = [pa.array([None] + cols[0].to_pylist()[1:], cols[0].type)] + cols[1:]     # a null: another width
+    assert encode_value_array(with_null).to_pylist() == [encode_value(t) for t in zip(*(c.to_pylist() for c in with_null))]

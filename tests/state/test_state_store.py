@@ -794,3 +794,128 @@ def test_insert_columns_is_insert_many(make):
     assert _logs(p, "cols") == _logs(p, "rows")
     q = make(local="w2")
     assert content(q.open("cols", 0, 11)) == content(q.open("rows", 0, 11)) == content(cols)
+
+
+def test_remove_columns_is_remove_many(make):
+    """remove_columns (an Arrow array of stored keys, removed by the memory store from the arrays it
+    keeps) after insert_columns, over 12 batches: keys of the batch's own rows, of committed runs and of
+    rows in the dict (after a keyed read or a reload), in shuffled order, with a range pop and an
+    abort between: every version's content, counts and changelog rows (in order)
+    equal those of the same batches written by insert_many and remove_many."""
+    import random
+
+    import pyarrow as pa
+    p = make()
+    cols, rows = p.open("cols", 0, -1), p.open("rows", 0, -1)
+    rnd = random.Random(11)
+    stored: list[bytes] = []
+    nxt = [0]
+
+    def both(fn):
+        fn(cols, True)
+        fn(rows, False)
+
+    def insert(n):
+        keys = [K((nxt[0] + i, i % 3)) for i in range(n)]
+        nxt[0] += n
+        vals = [b"v%d" % (len(k) * 7 + i) for i, k in enumerate(keys)]
+        both(lambda s, arrow: s.insert_columns(pa.array(keys, pa.binary()), pa.array(vals, pa.binary()))
+             if arrow else s.insert_many(keys, vals))
+        stored.extend(keys)
+
+    def remove(n):
+        gone = rnd.sample(stored, min(n, len(stored)))
+        for k in gone:
+            stored.remove(k)
+        both(lambda s, arrow: s.remove_columns(pa.array(gone, pa.binary())) if arrow else s.remove_many(gone))
+
+    for v in range(12):
+        kind = v % 4
+        saved = list(stored)
+        insert(600)
+        if kind == 0:
+            remove(400)                                             # own rows and committed runs'
+        elif kind == 1:                                             # then a keyed read: into the dict
+            remove(500)
+            assert cols.get(stored[0]) == rows.get(stored[0])
+            remove(200)
+        elif kind == 2:                                             # a range pop, then a removal
+            got = []
+            both(lambda s, arrow: got.append(s.pop_range_keys(None, K((nxt[0] - 1000,)))))
+            assert got[0] == got[1]
+            stored[:] = [k for k in stored if k not in set(got[0])]
+            remove(300)
+        else:                                                       # a batch aborted, then another
+            remove(500)
+            both(lambda s, arrow: s.abort())
+            stored[:] = saved
+            insert(300)
+            remove(400)
+        assert cols.metrics().num_rows_total == rows.metrics().num_rows_total == len(stored)
+        assert cols.metrics().num_rows_removed == rows.metrics().num_rows_removed
+        cols.commit(v)
+        rows.commit(v)
+        if v % 4 == 3:                      # an ordered read moves the rows into the dict: not every batch
+            assert content(cols) == content(rows)
+            assert sorted(content(cols)) == sorted(stored)
+        if v == 6:                                                  # a reload: the rows in a dict
+            cols, rows = make(local="w%d" % v).open("cols", 0, v), make(local="w%d" % v).open("rows", 0, v)
+    assert _logs(p, "cols") == _logs(p, "rows")
+    q = make(local="w2")
+    assert content(q.open("cols", 0, 11)) == content(q.open("rows", 0, 11)) == content(cols)
+
+
+def test_put_columns_is_put_many(make):
+    """multi_get_columns then put_columns (Arrow arrays: the memory store looks the rows it keeps as
+    arrays up by Arrow and replaces them by a new array) over 14 batches of keys old and new: rows
+    of committed runs, of the dict (after a reload, or an ordered read), a removal and a range pop
+    after the put, an abort, a batch small against the runs: every read, every version's content,
+    counts and changelog rows (in order) equal those of multi_get and put_many."""
+    import random
+
+    import pyarrow as pa
+    p = make()
+    cols, rows = p.open("cols", 0, -1), p.open("rows", 0, -1)
+    rnd = random.Random(13)
+    universe = [K((i, i % 5)) for i in range(4000)]
+
+    def put(n):
+        keys = rnd.sample(universe, n)
+        vals = [b"w%d-%d" % (rnd.randrange(1000), len(k)) for k in keys]
+        got_c = cols.multi_get_columns(pa.array(keys, pa.binary()))
+        got_r = rows.multi_get(keys)
+        assert got_c == got_r
+        if not any(v is not None for v in got_r) and rnd.random() < 0.5:
+            cols.insert_columns(pa.array(keys, pa.binary()), pa.array(vals, pa.binary()))
+            rows.insert_many(keys, vals)
+        else:
+            cols.put_columns(pa.array(keys, pa.binary()), pa.array(vals, pa.binary()))
+            rows.put_many(keys, vals)
+        return keys
+
+    for v in range(14):
+        kind = v % 5
+        keys = put(1500 if kind != 4 else 300)
+        if kind == 1:                                           # a removal of some just put
+            gone = rnd.sample(keys, 200)
+            cols.remove_columns(pa.array(gone, pa.binary()))
+            rows.remove_many(gone)
+        elif kind == 2:                                         # a range pop after the put
+            assert cols.pop_range_keys(None, K((300,))) == rows.pop_range_keys(None, K((300,)))
+        elif kind == 3:                                         # aborted, then another batch
+            cols.abort()
+            rows.abort()
+            put(1200)
+        assert cols.metrics().num_rows_total == rows.metrics().num_rows_total
+        assert cols.metrics().num_rows_updated == rows.metrics().num_rows_updated
+        assert cols.metrics().num_rows_removed == rows.metrics().num_rows_removed
+        cols.commit(v)
+        rows.commit(v)
+        if v % 5 == 4:                                          # an ordered read: the rows into the dict
+            assert content(cols) == content(rows)
+        if v == 7:                                              # a reload: the rows in a dict
+            cols, rows = make(local="w%d" % v).open("cols", 0, v), make(local="w%d" % v).open("rows", 0, v)
+    assert content(cols) == content(rows)
+    assert _logs(p, "cols") == _logs(p, "rows")
+    q = make(local="w2")
+    assert content(q.open("cols", 0, 13)) == content(q.open("rows", 0, 13)) == content(cols)
