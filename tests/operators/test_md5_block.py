@@ -44,3 +44,24 @@ def test_partition_ids_are_the_same_either_way(monkeypatch):
             slow = partitioning.partition_ids(t, cols, n)
             monkeypatch.setattr(partitioning, "md5_words", md5_block.md5_words)
             assert fast.equals(slow)
+
+
+def test_partition_ids_of_a_few_rows_by_python_equal_arrows(monkeypatch):
+    """Up to _PYTHON_MAX rows the key texts are built in Python: the same ids as the Arrow path, for
+    integers of every width and sign, strings (empty, non-ASCII, the separator), and NULLs."""
+    rng = np.random.default_rng(5)
+    n = partitioning._PYTHON_MAX
+    t = pa.table({"k": pa.array([int(x) for x in rng.integers(-10 ** 15, 10 ** 15, n - 4)] + [None, 0, -1, 2 ** 62]),
+                  "i8": pa.array([int(x) for x in rng.integers(-128, 128, n)], pa.int8()),
+                  "u": pa.array([2 ** 64 - 1, 2 ** 63, None] + [int(x) for x in rng.integers(0, 1000, n - 3)], pa.uint64()),
+                  "s": pa.array(["", "é", None, "a\x1fb"] + [f"event-{x}" for x in rng.integers(0, 10 ** 9, n - 4)]),
+                  "ls": pa.array(["x", None] + [f"c{x}" for x in rng.integers(0, 9, n - 2)], pa.large_string())})
+    for cols in (["k"], ["s"], ["k", "s"], ["i8", "u", "ls"], ["u"]):
+        for parts in (2, 3, 200):
+            for rows in (1, 7, n):
+                few = t.slice(0, rows)
+                python = partitioning.partition_ids(few, cols, parts)
+                monkeypatch.setattr(partitioning, "_PYTHON_MAX", 0)
+                arrow = partitioning.partition_ids(few, cols, parts)
+                monkeypatch.setattr(partitioning, "_PYTHON_MAX", n)
+                assert python.equals(arrow), (cols, parts, rows)
