@@ -251,6 +251,8 @@ class WindowAggregateOp(PhysicalOp):
 
     #: partials prepared ahead and not (yet) used are dropped beyond this many tables
     PREPARED_MAX = 8
+    #: the empty output table (_result), made at its first use
+    _empty: pa.Table | None = None
     #: batches whose partials were prepared ahead (a test or a profile checks the path ran)
     prepared_used = 0
 
@@ -294,11 +296,14 @@ class WindowAggregateOp(PhysicalOp):
                 raise self._overflow(ctx, overflow) from None
         tcol = self._time_cols()[0] if self._time_cols() else None
         if self.watermarked and self.mode != "complete" and partials.num_rows:
-            late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark(self) * 1000), False)
-            n_late = pc.sum(late).as_py() or 0
-            if n_late:
-                ctx.count_dropped(self, n_late)
-                partials = partials.filter(pc.invert(late))
+            wl_us = ctx.late_watermark(self) * 1000
+            earliest = pc.min(partials.column(tcol)).as_py()      # nulls skipped (never late)
+            if earliest is not None and earliest <= wl_us:         # else no group is late: nothing to filter
+                late = pc.fill_null(pc.less_equal(partials.column(tcol), wl_us), False)
+                n_late = pc.sum(late).as_py() or 0
+                if n_late:
+                    ctx.count_dropped(self, n_late)
+                    partials = partials.filter(pc.invert(late))
         keycols = self._time_cols() + self.store_plain
         emitted: list[tuple[list[pa.Array], list[pa.Array]]] = []   # (key columns, acc columns) per part
         evict = self.watermarked and self.mode in ("append", "update")
@@ -328,7 +333,9 @@ class WindowAggregateOp(PhysicalOp):
             if evict:
                 end = time_bound(ctx.eviction_watermark(self))
                 if self.mode == "append":
-                    emitted.append(self._from_state(list(store.range_scan(None, end))))
+                    rows = list(store.range_scan(None, end))
+                    if rows:                  # (no rows: no output part; _result drops empty parts anyway)
+                        emitted.append(self._from_state(rows))
                 store.delete_range(None, end)
             if self.mode == "complete":
                 emitted.append(self._from_state(list(store.iter_all())))
@@ -384,7 +391,9 @@ class WindowAggregateOp(PhysicalOp):
         then the plain keys; accumulator columns)."""
         parts = [(ks, arrs) for ks, arrs in parts if arrs and len(arrs[0])]
         if not parts:
-            return self.schema.empty_table()
+            if self._empty is None:
+                self._empty = self.schema.empty_table()     # immutable: one per operator
+            return self._empty
 
         def concat(cols: list) -> pa.Array:
             cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
