@@ -39,7 +39,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .key_codec import decode_rows, time_bound, to_arrays, us_to_ts, window_struct
+from .key_codec import as_type, decode_rows, time_bound, to_arrays, us_to_ts, window_struct
 from .partitioning import partition_ids, partition_sql, split_by_partition
 from .session_window import build_session_window
 from .state_util import write_schema_once
@@ -210,7 +210,7 @@ class WindowAggregateOp(PhysicalOp):
             if w is not None and tcol.null_count:   # rows without an event time get no window
                 table = table.filter(pc.is_valid(tcol))
                 tcol = table.column(tname)
-            us = tcol.cast(pa.timestamp("us", tz=tcol.type.tz)).cast(pa.int64())
+            us = as_type(tcol, pa.timestamp("us", tz=tcol.type.tz)).cast(pa.int64())
             if w is not None:
                 size, off = w.size_ms * 1000, w.start_ms * 1000
                 t = us.to_numpy()
@@ -244,7 +244,7 @@ class WindowAggregateOp(PhysicalOp):
         # the aggregates, in spec order, follow the keys (pyarrow >= 13) or precede them (older)
         first = len(names) if g.column_names[:len(names)] == names else 0
         for i, (_, t, _, _) in enumerate(self.acc.accs):
-            out[f"__a{i}"] = g.column(first + i).cast(t)
+            out[f"__a{i}"] = as_type(g.column(first + i), t)
         result = pa.table(out)
         pcols = (["__ws"] if w is not None else []) + list(self.store_plain)
         return result.append_column("__p", partition_ids(result, pcols, nparts))
@@ -400,7 +400,7 @@ class WindowAggregateOp(PhysicalOp):
             return cols[0] if len(cols) == 1 else pa.concat_arrays(cols)
 
         types = self._key_types()
-        keys = [concat([ks[i].cast(t) for ks, _ in parts]) for i, t in enumerate(types)]
+        keys = [concat([as_type(ks[i], t) for ks, _ in parts]) for i, t in enumerate(types)]
         accs = [concat([arrs[i] for _, arrs in parts]) for i in range(len(self.acc.types))]
         cs = self.children[0].schema
         ntime = len(self._time_cols())
