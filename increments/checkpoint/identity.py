@@ -37,7 +37,7 @@ from ..redaction import logger as redacting_logger
 from ..storage import Location
 from .log import BatchLog, resolve_log_url
 from .metadata import CheckpointMetadata, _read_conf, _read_json_file, check_conf, create_metadata, read_metadata
-from .sql_log import sqlite_failure
+from .sql_log import create_table, sqlite_failure
 
 logger = redacting_logger("increments.checkpoint")
 _METADATA = sa.MetaData()
@@ -70,11 +70,7 @@ class Identities:
 
     def __init__(self, engine: sa.Engine):
         self.engine = engine
-        try:
-            QUERIES.create(engine, checkfirst=True)
-        except sa.exc.DBAPIError:
-            if not sa.inspect(engine).has_table(QUERIES.name):
-                raise
+        create_table(engine, QUERIES)
 
     def get(self, query_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as c:

@@ -61,7 +61,7 @@ class CheckpointMetadata:
         values; keys the checkpoint does not know yet (added by a newer release) are recorded.
         """
         loc = make_location(location)
-        meta = create_metadata(loc, name)
+        meta = read_metadata(loc) or create_metadata(loc, name)    # no create-only write (an fsync) when it exists
         conf = json.loads(json.dumps(conf))  # compare as stored (tuples -> lists)
         for _ in range(2):
             fixed = _read_conf(loc)

@@ -26,7 +26,7 @@ from ..functions import AggExpr
 from ..sql import quote_ident, run_sql
 from ..nested_order import is_nested, least_sql, min_max_sql
 from ..types import arrow_to_duckdb, state_type_name
-from .key_codec import _has_map
+from .key_codec import _has_map, as_type
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -182,7 +182,7 @@ class Accumulators:
                     m = pc.if_else(cols["__existed"], o, a)
                 else:
                     m = a
-                out.append(m.cast(t))
+                out.append(as_type(m, t))
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
             return None
         return pa.table(out, names=[f"__a{i}" for i in range(len(self.accs))])

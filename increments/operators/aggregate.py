@@ -39,7 +39,7 @@ from ..sql import quote_ident, run_sql
 from ..types import state_type_name
 from .accumulators import Accumulators
 from .base import BatchContext, PhysicalOp
-from .key_codec import decode_rows, time_bound, to_arrays, us_to_ts, window_struct
+from .key_codec import as_type, decode_rows, time_bound, to_arrays, us_to_ts, window_struct
 from .partitioning import partition_ids, partition_sql, split_by_partition
 from .session_window import build_session_window
 from .state_util import write_schema_once
@@ -210,7 +210,7 @@ class WindowAggregateOp(PhysicalOp):
             if w is not None and tcol.null_count:   # rows without an event time get no window
                 table = table.filter(pc.is_valid(tcol))
                 tcol = table.column(tname)
-            us = tcol.cast(pa.timestamp("us", tz=tcol.type.tz)).cast(pa.int64())
+            us = as_type(tcol, pa.timestamp("us", tz=tcol.type.tz)).cast(pa.int64())
             if w is not None:
                 size, off = w.size_ms * 1000, w.start_ms * 1000
                 t = us.to_numpy()
@@ -244,13 +244,15 @@ class WindowAggregateOp(PhysicalOp):
         # the aggregates, in spec order, follow the keys (pyarrow >= 13) or precede them (older)
         first = len(names) if g.column_names[:len(names)] == names else 0
         for i, (_, t, _, _) in enumerate(self.acc.accs):
-            out[f"__a{i}"] = g.column(first + i).cast(t)
+            out[f"__a{i}"] = as_type(g.column(first + i), t)
         result = pa.table(out)
         pcols = (["__ws"] if w is not None else []) + list(self.store_plain)
         return result.append_column("__p", partition_ids(result, pcols, nparts))
 
     #: partials prepared ahead and not (yet) used are dropped beyond this many tables
     PREPARED_MAX = 8
+    #: the empty output table (_result), made at its first use
+    _empty: pa.Table | None = None
     #: batches whose partials were prepared ahead (a test or a profile checks the path ran)
     prepared_used = 0
 
@@ -294,11 +296,14 @@ class WindowAggregateOp(PhysicalOp):
                 raise self._overflow(ctx, overflow) from None
         tcol = self._time_cols()[0] if self._time_cols() else None
         if self.watermarked and self.mode != "complete" and partials.num_rows:
-            late = pc.fill_null(pc.less_equal(partials.column(tcol), ctx.late_watermark(self) * 1000), False)
-            n_late = pc.sum(late).as_py() or 0
-            if n_late:
-                ctx.count_dropped(self, n_late)
-                partials = partials.filter(pc.invert(late))
+            wl_us = ctx.late_watermark(self) * 1000
+            earliest = pc.min(partials.column(tcol)).as_py()      # nulls skipped (never late)
+            if earliest is not None and earliest <= wl_us:         # else no group is late: nothing to filter
+                late = pc.fill_null(pc.less_equal(partials.column(tcol), wl_us), False)
+                n_late = pc.sum(late).as_py() or 0
+                if n_late:
+                    ctx.count_dropped(self, n_late)
+                    partials = partials.filter(pc.invert(late))
         keycols = self._time_cols() + self.store_plain
         emitted: list[tuple[list[pa.Array], list[pa.Array]]] = []   # (key columns, acc columns) per part
         evict = self.watermarked and self.mode in ("append", "update")
@@ -347,7 +352,9 @@ class WindowAggregateOp(PhysicalOp):
             if evict:
                 end = time_bound(ctx.eviction_watermark(self))
                 if self.mode == "append":
-                    emitted.append(self._from_state(list(store.range_scan(None, end))))
+                    rows = list(store.range_scan(None, end))
+                    if rows:                  # (no rows: no output part; _result drops empty parts anyway)
+                        emitted.append(self._from_state(rows))
                 store.delete_range(None, end)
             if self.mode == "complete":
                 emitted.append(self._from_state(list(store.iter_all())))
@@ -403,14 +410,16 @@ class WindowAggregateOp(PhysicalOp):
         then the plain keys; accumulator columns)."""
         parts = [(ks, arrs) for ks, arrs in parts if arrs and len(arrs[0])]
         if not parts:
-            return self.schema.empty_table()
+            if self._empty is None:
+                self._empty = self.schema.empty_table()     # immutable: one per operator
+            return self._empty
 
         def concat(cols: list) -> pa.Array:
             cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
             return cols[0] if len(cols) == 1 else pa.concat_arrays(cols)
 
         types = self._key_types()
-        keys = [concat([ks[i].cast(t) for ks, _ in parts]) for i, t in enumerate(types)]
+        keys = [concat([as_type(ks[i], t) for ks, _ in parts]) for i, t in enumerate(types)]
         accs = [concat([arrs[i] for _, arrs in parts]) for i in range(len(self.acc.types))]
         cs = self.children[0].schema
         ntime = len(self._time_cols())

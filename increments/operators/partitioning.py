@@ -21,6 +21,9 @@ from ..sql import quote_ident, run_sql
 _DUCKDB_MIN = 2048
 #: up to this many partitions, split_by_partition filters once per partition instead of sorting
 _FILTER_MAX = 4
+#: up to this many groups, their key texts are built row by row in Python (_ids_by_row): below, the
+#: Arrow calls' fixed cost (casts, a join, a conversion) is more than the rows' Python
+_PYTHON_MAX = 64
 
 
 _digest = methodcaller("digest")
@@ -64,6 +67,8 @@ def partition_ids(table: pa.Table, cols: list[str], n: int) -> pa.Array:
             pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) for t in types):
         sql = partition_sql([quote_ident(c) for c in cols], n)
         return run_sql(f"SELECT {sql} AS __p FROM __g", {"__g": table.select(cols)}).column(0).combine_chunks()
+    if table.num_rows <= _PYTHON_MAX:
+        return _ids_by_row(table, cols, n)
     texts = [pc.fill_null(table.column(c).cast(pa.string()), "\\N") for c in cols]
     text = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(*texts, "\x1f")
     # md5 of each key's text by C-level maps (no Python frame per row), then the little-endian 128-bit
@@ -73,6 +78,15 @@ def partition_ids(table: pa.Table, cols: list[str], n: int) -> pa.Array:
     m = np.uint64(n)
     ids = ((d[:, 1] % m) * np.uint64((1 << 64) % n) + d[:, 0] % m) % m
     return pa.array(ids.astype(np.int32))
+
+
+def _ids_by_row(table: pa.Table, cols: list[str], n: int) -> pa.Array:
+    """partition_ids of a few rows of integer and string columns, row by row: a value's text is
+    Python's str (an integer's decimal digits and a string itself, as Arrow's cast to string),
+    NULL is \\N, the texts joined by 0x1f; md5_number is the little-endian integer of the digest."""
+    ids = [int.from_bytes(_md5("\x1f".join("\\N" if v is None else str(v) for v in row).encode()).digest(), "little") % n
+           for row in zip(*(table.column(c).to_pylist() for c in cols))]
+    return pa.array(ids, pa.int32())
 
 
 def split_by_partition(table: pa.Table, n: int, col: str = "__p") -> list[pa.Table]:

@@ -104,9 +104,9 @@ class ParquetSink(Sink):
             return SinkResult(0, version=batch_id, skipped_replay=True)
         part = f"part-0-{uuid.uuid4().hex}.parquet"
         data = f"batch_id={batch_id}/{part}"
-        buf = io.BytesIO()
+        buf = pa.BufferOutputStream()        # the same bytes as through io.BytesIO, without a Python file object
         pq.write_table(table, buf)
-        loc.write_bytes(data, buf.getvalue(), create_only=True)
+        loc.write_bytes(data, buf.getvalue().to_pybytes(), create_only=True)
         body = {"batch_id": batch_id, "files": [part], "num_rows": table.num_rows, "query_id": self.ctx.query_id,
                 "query_name": self.ctx.query_name}      # for a reading query's lineage (execution/lineage.py)
         try:

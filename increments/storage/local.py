@@ -41,11 +41,13 @@ _root_fd: int | None = None
 def _create_unnamed(directory: str, path: str, data: bytes) -> bool:
     """Create-only write of `path` through an unnamed temp file in `directory` (O_TMPFILE), fsynced,
     then linked to `path` (linkat follows /proc/self/fd/N to the open file; fails when the name
-    exists). False when O_TMPFILE is not available here (the caller uses a named temp file); the
-    directory is not fsynced here."""
+    exists). False when O_TMPFILE is not available here (the caller uses a named temp file);
+    FileNotFoundError (NotADirectoryError) when `directory` does not exist (is not a directory). The directory is not fsynced here."""
     global _tmpfile_ok, _root_fd
     try:
         fd = os.open(directory, _TMPFILE | os.O_WRONLY, 0o600)
+    except (FileNotFoundError, NotADirectoryError):
+        raise                   # no such directory (yet): the caller creates it (or fails as makedirs) and calls again
     except OSError:
         _tmpfile_ok = False     # e.g. EOPNOTSUPP / EISDIR: this file system or kernel has no O_TMPFILE
         return False
@@ -94,13 +96,25 @@ class LocalLocation(Location):
             return f.read()
 
     def write_bytes(self, name: str, data: bytes, *, create_only: bool = False) -> None:
+        """Durable write (module doc). Missing parent directories are created (as os.makedirs) when
+        the first open in the directory finds none: a write into an existing directory (every one
+        after the first) makes no mkdir call."""
         path = self._p(name)
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        if create_only and _tmpfile_ok and _create_unnamed(directory, path, data):
-            _fsync_dir(directory)
-            return
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        if create_only and _tmpfile_ok:
+            try:
+                done = _create_unnamed(directory, path, data)
+            except (FileNotFoundError, NotADirectoryError):    # no such directory yet (or a file in the way)
+                os.makedirs(directory, exist_ok=True)
+                done = _create_unnamed(directory, path, data)
+            if done:
+                _fsync_dir(directory)
+                return
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        except (FileNotFoundError, NotADirectoryError):
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
