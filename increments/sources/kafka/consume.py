@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from ...errors import DataLossError
 from .parse import _Parsed
@@ -61,16 +61,47 @@ def _consume_step() -> int:
     return _CHUNK if first <= 0 else min(_CHUNK, max(50, first - 200))
 
 
+class _Reader(Consumer):
+    """read()'s consumer: a Consumer that remembers its own assignment (`held`: (topic, partition,
+    offset) of a one-partition assign, else None). Consumer.assignment() is a synchronous request to
+    librdkafka's main thread (~0.2 ms of wall each, four a batch); no consumer group is used, so the
+    assignment changes only through these calls. None when unknown (assign() raised): the next
+    _assign then assigns again, which replaces whatever librdkafka holds."""
+
+    def __init__(self, conf: dict):
+        super().__init__(conf)
+        self.held: tuple | None = None
+
+    def assign(self, partitions: list) -> None:
+        self.held = None
+        super().assign(partitions)
+        if len(partitions) == 1:
+            tp = partitions[0]
+            self.held = (tp.topic, tp.partition, tp.offset)
+
+    def unassign(self) -> None:
+        self.held = None
+        super().unassign()
+
+
+def _held(c: Any) -> tuple | None:
+    """(topic, partition, assigned offset) when c holds exactly one partition, else None."""
+    if isinstance(c, _Reader):
+        return c.held
+    a = c.assignment()
+    return (a[0].topic, a[0].partition, a[0].offset) if len(a) == 1 else None
+
+
 def _holds(c: Any, t: str, p: int, s: int) -> bool:
     """Whether consumer c's next message is (t, p)'s offset s, with nothing else assigned: assigned
     there ahead and not consumed from since (the assignment's offset, no position yet), or kept
     assigned by a read that consumed exactly up to s - 1 (its position is s: librdkafka hands over
     a partition's messages in order, so the next one it returns is the first at or after s)."""
-    a = c.assignment()
-    if len(a) != 1 or (a[0].topic, a[0].partition) != (t, p):
+    h = _held(c)
+    if h is None or (h[0], h[1]) != (t, p):
         return False
     pos = c.position([TopicPartition(t, p)])[0].offset
-    return pos == s if pos >= 0 else a[0].offset == s
+    return pos == s if pos >= 0 else h[2] == s
 
 
 def _assign(c: Any, t: str, p: int, s: int) -> None:
@@ -153,7 +184,7 @@ class KafkaConsume:
                 c.unassign()
             raise
         for c in readers:
-            if c is not kept and c.assignment():
+            if c is not kept and _held(c) is not None:
                 c.unassign()
         if kept is not None and kept is not readers[0]:
             readers.reverse()                      # the pair itself: the next read starts on `kept`

@@ -7,7 +7,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer
 
 from ..base import Source
-from .consume import SCHEMA, KafkaConsume
+from .consume import SCHEMA, KafkaConsume, _Reader
 from .offsets import KafkaOffsets, _starting_offsets
 from .parse import _Parsed, KafkaParse
 
@@ -69,10 +69,10 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
     def _readers(self) -> list:
         """Two consumers read() uses in turn (consume.py, _read_ranges); never the probe client."""
         if self._reader_pair is None:
-            self._reader_pair = [self._new_consumer(), self._new_consumer()]
+            self._reader_pair = [self._new_consumer(_Reader), self._new_consumer(_Reader)]
         return self._reader_pair
 
-    def _new_consumer(self):
+    def _new_consumer(self, kind: Any = Consumer):
         conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": "increments-unused",
                 "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error",
                 "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -84,7 +84,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
                 # for up to a second (measured: 5x slower reads, at random)
                 "fetch.queue.backoff.ms": 5}
         conf.update(self.client_config)
-        return Consumer(conf)
+        return kind(conf)
 
     def close(self) -> None:
         self._parsed = None
