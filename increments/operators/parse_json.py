@@ -81,6 +81,8 @@ class ParseJsonOp(PhysicalOp):
 
     def execute(self, ctx: BatchContext) -> pa.Table:
         table = self.children[0].execute(ctx)
+        if table.num_rows == 0:   # what the DuckDB path returns for no rows, without its ~3 ms query
+            return self.schema.empty_table()
         pre = self._kafka.take_parsed(table, self._arrow_json) if self._kafka is not None else None
         if pre is not None:
             fast = self._parsed_while_reading(table, pre)
