@@ -28,7 +28,7 @@ def _parse_piece(values: pa.Array, options: Any) -> pa.Table | None:
         n = len(values)
         buf = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), values), b"\n")[0].as_buffer()
         return pajson.read_json(pa.BufferReader(buf), parse_options=options, read_options=pajson.ReadOptions(
-            use_threads=False, block_size=max(1 << 20, min(buf.size + 1, 64 << 20))))
+            use_threads=False, block_size=min(buf.size + 1, 64 << 20)))   # one block: no 1 MiB one for 50 values
     except Exception:  # noqa: BLE001 - any failure means "no pre-parse"; the exact path decides
         return None
 
