@@ -93,6 +93,8 @@ for fn in ["_holds", "_assign"]:
 wrap("increments.sources.kafka.topics", "request_topic_ids", "2g kafka request_topic_ids")
 wrap("increments.sources.kafka.topics", "topic_ids", "1g plan: kafka topic_ids")
 wrap("increments.operators.parse_json", "ParseJsonOp.execute", "3a. ParseJsonOp.execute")
+for fn in ["_parsed_while_reading", "_arrow_fast_path", "_transform", "_with_kept"]:
+    wrap("increments.operators.parse_json", "ParseJsonOp." + fn, "3a. ParseJsonOp." + fn)
 wrap("increments.execution.runtime", "writer_options", "7 writer_options")
 wrap("increments.execution.steps", "expectations_report", "3d expectations_report")
 wrap("increments.execution.steps", "next_watermarks", "5d commit: next_watermarks")
