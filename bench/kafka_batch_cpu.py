@@ -6,7 +6,7 @@ Runs small_batches.py's `run_query` (Kafka, 50 offsets a batch, 2,000 clicks) RU
 warm-up runs in this process. Per batch: the process CPU, the CPU of every OS thread grouped by its
 name (/proc/self/task/*/schedstat, Python's name for Python threads; librdkafka's native threads are named rdk:*), sampled just before the
 source closes its consumers (their threads end then); the Tansu broker's CPU (its /proc/<pid>/stat
-around the runs); the batch wall. CONF='{"fetch.wait.max.ms": 100}' adds librdkafka settings. The last line is JSON (bench/ab.py compares builds).
+around the runs); the batch wall. CONF='{"fetch.wait.max.ms": 100}' adds librdkafka settings to read()'s consumers. The last line is JSON (bench/ab.py compares builds).
 """
 import collections, json, os, re, statistics, sys, tempfile, threading, time
 WT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,12 +50,17 @@ def close(self):
     snap()
     orig_close(self)
 ksrc.KafkaSource.close = close
-if os.environ.get("CONF"):     # experiments: extra librdkafka settings for every consumer, as JSON
+if os.environ.get("CONF"):     # experiments: extra librdkafka settings for read()'s consumers, as JSON
     _extra = json.loads(os.environ["CONF"])
     _orig_new = ksrc.KafkaSource._new_consumer
-    def _new(self):
-        self.client_config = {**self.client_config, **_extra}
-        return _orig_new(self)
+    def _new(self, kind=ksrc.Consumer):
+        if kind is not ksrc._Reader:
+            return _orig_new(self, kind)
+        saved, self.client_config = self.client_config, {**self.client_config, **_extra}
+        try:
+            return _orig_new(self, kind)
+        finally:
+            self.client_config = saved
     ksrc.KafkaSource._new_consumer = _new
 
 runs = int(sys.argv[1]); store = sys.argv[2] if len(sys.argv) > 2 else "memory"
