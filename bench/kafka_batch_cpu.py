@@ -66,12 +66,17 @@ if os.environ.get("CONF"):     # experiments: extra librdkafka settings for read
 runs = int(sys.argv[1]); store = sys.argv[2] if len(sys.argv) > 2 else "memory"
 path = sb.generate(tempfile.gettempdir(), 40, 50)
 from broker import create_topic, produce, start_tansu  # noqa: E402
-proc, bootstrap = start_tansu(); topic = create_topic(bootstrap)
+parts = int(os.environ.get("PARTS", "1"))   # PARTS=4: the 2,000 clicks over 4 partitions (50 offsets a batch in all)
+proc, bootstrap = start_tansu(); topic = create_topic(bootstrap, partitions=parts)
 rows = []
 for name in sorted(os.listdir(path)):
     with open(os.path.join(path, name)) as f:
         rows += [l.rstrip("\n") for l in f]
-produce(bootstrap, topic, rows)
+if parts == 1:
+    produce(bootstrap, topic, rows)
+else:
+    for i in range(parts):
+        produce(bootstrap, topic, rows[i::parts], partition=i)
 kafka = (bootstrap, topic)
 bstat = f"/proc/{proc.pid}/stat"
 for _ in range(2):
