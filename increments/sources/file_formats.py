@@ -11,7 +11,6 @@ import json
 import os
 import re
 import threading
-import warnings
 
 from ..lazy import lazy_module
 
@@ -124,15 +123,10 @@ def strict_json_types(duckdb_type: str) -> tuple[str, ...] | None:
 _q = duckdb_ident
 
 
-#: a scan of at most this many bytes of files runs its parsed statement on the cursor
-#: (_small_scan); a larger one runs as a relation, which streams its result into Arrow without
-#: the DB-API result's extra copy of the rows
+#: a scan of at most this many bytes of files runs its parsed statement on the cursor without
+#: the optimizer (_small_scan); a larger one runs as a relation on the default cursor, as it did,
+#: which streams its result into Arrow without the DB-API result's copy of the rows
 SMALL_SCAN_BYTES = 1 << 20
-
-# DuckDB's warning that an Arrow result of `execute` copies the rows: _small_scan's choice, for
-# files of at most SMALL_SCAN_BYTES (the filter matches this module's calls only)
-warnings.filterwarnings("ignore", message="Arrow output on a DB-API result makes an extra copy",
-                        category=UserWarning, module=re.escape(__name__))
 
 _parsed = threading.local()
 
@@ -161,17 +155,26 @@ def json_scan_sql(schema: Schema, only: tuple[str, ...] | None) -> str:
             f"columns={columns}, maximum_object_size=67108864)")
 
 
-def _small_scan(con, sql: str, path: str | list[str]) -> pa.Table:
-    """`sql` run on `con` from its statement as parsed once per thread (DuckDB's parser costs
-    ~1.3 M instructions a statement, and a relation binds its statement twice: once to describe
-    it, once to run it; this runs it once)."""
+def _small_scan(con, sql: str, path: str | list[str]) -> pa.Table | None:
+    """`sql` run on `con` from its statement as parsed once per thread, or None when this DuckDB
+    has no `_result_as_arrow` (then the caller runs it as a relation). A relation parses and binds
+    its statement twice (once to describe it, once to run its rendered text; DuckDB's parser costs
+    ~1.3 M instructions a statement), this once. `con` is the thread's cursor without the optimizer
+    (sql.duckdb_plain_connection): a projection of read_json has nothing to optimize.
+    `_result_as_arrow` is what a connection's public `to_arrow_table()` calls after its warning
+    that a DB-API result's rows are copied once more into Arrow: the copy is the point here (a few
+    kB), and a warning per batch is not (nor an error under `-W error`)."""
+    fetch = getattr(con, "_result_as_arrow", None)
+    if fetch is None:
+        return None
     cache = getattr(_parsed, "statements", None)
     if cache is None or len(cache) >= 64:
         cache = _parsed.statements = {}
     statement = cache.get(sql)
     if statement is None:
         statement = cache[sql] = con.extract_statements(sql)[0]
-    return con.execute(statement, {"files": path}).to_arrow_table()
+    con.execute(statement, {"files": path})
+    return fetch(131072, reader=False)     # DuckDB's default Arrow batch size, as the relation's
 
 
 def _scan_bytes(path: str | list[str]) -> int | None:
@@ -188,16 +191,14 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
     line). The statement is json_scan_sql's: the same for every file of a schema and column list."""
     import duckdb  # noqa: PLC0415 - duckdb: kept off the code location's import path
 
-    from ..sql import duckdb_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
+    from ..sql import duckdb_connection, duckdb_plain_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
     sql = json_scan_sql(schema, None if only is None else tuple(only))
     try:
-        con = duckdb_connection()
         size = _scan_bytes(path)
-        if size is not None and size <= SMALL_SCAN_BYTES:
-            table = _small_scan(con, sql, path)
-        else:
-            table = con.sql(sql, params={"files": path}).to_arrow_table()
+        table = _small_scan(duckdb_plain_connection(), sql, path) if size is not None and size <= SMALL_SCAN_BYTES else None
+        if table is None:
+            table = duckdb_connection().sql(sql, params={"files": path}).to_arrow_table()
         if only is not None:
             target = schema.to_arrow()
             read = pa.schema([target.field(f.name) for f in fields])
