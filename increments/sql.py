@@ -45,6 +45,23 @@ def duckdb_connection(strict: bool = False) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def duckdb_plain_connection() -> duckdb.DuckDBPyConnection:
+    """This thread's cursor with DuckDB's optimizer off (`PRAGMA disable_optimizer`), otherwise as
+    duckdb_connection(): for statements that have nothing to optimize (a projection of one table
+    function, sources/file_formats.py's small JSON scans), where the optimizer's fixed cost
+    (~0.6-0.9 M instructions a statement) is most of the planning. The results are the same (DuckDB's
+    optimizers do not change them); only the plan, and so the speed of a large input, may differ."""
+    con = getattr(_local, "plain_con", None)
+    if con is None:
+        duckdb_connection()               # opens the database if this is its first use
+        with _db_lock:
+            con = _db.cursor()
+        con.execute("SET TimeZone='UTC'")
+        con.execute("PRAGMA disable_optimizer")
+        _local.plain_con = con
+    return con
+
+
 def run_sql(sql: str, tables: dict[str, pa.Table], con: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
     """Run `sql` with each Arrow table registered under its name; return an Arrow table."""
     con = con or duckdb_connection()

@@ -5,10 +5,12 @@ line (DuckDB, vectorised) so the error names the file, the line and the reason.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import re
+import threading
 
 from ..lazy import lazy_module
 
@@ -121,13 +123,18 @@ def strict_json_types(duckdb_type: str) -> tuple[str, ...] | None:
 _q = duckdb_ident
 
 
-def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
-    """One DuckDB scan; strictly typed fields (strict_json_types) are read as JSON and converted
-    only when the value has an accepted type (else the scan fails: None, and the caller names the
-    line)."""
-    import duckdb  # noqa: PLC0415 - duckdb: kept off the code location's import path
+#: a scan of at most this many bytes of files runs its parsed statement on the cursor without
+#: the optimizer (_small_scan); a larger one runs as a relation on the default cursor, as it did,
+#: which streams its result into Arrow without the DB-API result's copy of the rows
+SMALL_SCAN_BYTES = 1 << 20
 
-    from ..sql import duckdb_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
+_parsed = threading.local()
+
+
+@functools.lru_cache(maxsize=64)
+def json_scan_sql(schema: Schema, only: tuple[str, ...] | None) -> str:
+    """The one statement of _read_json_duckdb for `schema` (the fields in `only`, or all when
+    None), with the files as the parameter $files; built once per schema and column list."""
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
 
     def declared(f) -> str:
@@ -144,10 +151,54 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
                 f"WHEN json_type({_q(f.name)}) IN ({kinds}) THEN CAST({_q(f.name)} AS {f.duckdb_type}) "
                 f"ELSE error('wrong JSON type') END AS {_q(f.name)}")
     columns = "{" + ", ".join(f"'{f.name.replace(chr(39), chr(39) * 2)}': '{declared(f)}'" for f in fields) + "}"
+    return (f"SELECT {', '.join(select(f) for f in fields)} FROM read_json($files, format='newline_delimited', "
+            f"columns={columns}, maximum_object_size=67108864)")
+
+
+def _small_scan(con, sql: str, path: str | list[str]) -> pa.Table | None:
+    """`sql` run on `con` from its statement as parsed once per thread, or None when this DuckDB
+    has no `_result_as_arrow` (then the caller runs it as a relation). A relation parses and binds
+    its statement twice (once to describe it, once to run its rendered text; DuckDB's parser costs
+    ~1.3 M instructions a statement), this once. `con` is the thread's cursor without the optimizer
+    (sql.duckdb_plain_connection): a projection of read_json has nothing to optimize.
+    `_result_as_arrow` is what a connection's public `to_arrow_table()` calls after its warning
+    that a DB-API result's rows are copied once more into Arrow: the copy is the point here (a few
+    kB), and a warning per batch is not (nor an error under `-W error`)."""
+    fetch = getattr(con, "_result_as_arrow", None)
+    if fetch is None:
+        return None
+    cache = getattr(_parsed, "statements", None)
+    if cache is None or len(cache) >= 64:
+        cache = _parsed.statements = {}
+    statement = cache.get(sql)
+    if statement is None:
+        statement = cache[sql] = con.extract_statements(sql)[0]
+    con.execute(statement, {"files": path})
+    return fetch(131072, reader=False)     # DuckDB's default Arrow batch size, as the relation's
+
+
+def _scan_bytes(path: str | list[str]) -> int | None:
+    """The files' total size; None when one cannot be stat'ed (the scan then names the failure)."""
     try:
-        table = duckdb_connection().sql(
-            f"SELECT {', '.join(select(f) for f in fields)} FROM read_json($files, format='newline_delimited', "
-            f"columns={columns}, maximum_object_size=67108864)", params={"files": path}).to_arrow_table()
+        return sum(os.path.getsize(p) for p in ([path] if isinstance(path, str) else path))
+    except (OSError, TypeError):
+        return None
+
+
+def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
+    """One DuckDB scan; strictly typed fields (strict_json_types) are read as JSON and converted
+    only when the value has an accepted type (else the scan fails: None, and the caller names the
+    line). The statement is json_scan_sql's: the same for every file of a schema and column list."""
+    import duckdb  # noqa: PLC0415 - duckdb: kept off the code location's import path
+
+    from ..sql import duckdb_connection, duckdb_plain_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
+    fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+    sql = json_scan_sql(schema, None if only is None else tuple(only))
+    try:
+        size = _scan_bytes(path)
+        table = _small_scan(duckdb_plain_connection(), sql, path) if size is not None and size <= SMALL_SCAN_BYTES else None
+        if table is None:
+            table = duckdb_connection().sql(sql, params={"files": path}).to_arrow_table()
         if only is not None:
             target = schema.to_arrow()
             read = pa.schema([target.field(f.name) for f in fields])
