@@ -20,7 +20,7 @@
  * strtod in the "C" locale: correctly rounded, as yyjson; an infinity declines); true/false;
  * timestamps only as "YYYY-MM-DD(T| )hh:mm:ss(.f{1,6})?Z" with valid calendar fields. Anything
  * else (a non-string value for a string column, trailing commas, NaN, comments, a BOM that is not
- * the file's first bytes, ...) declines. Blank lines (spaces, tabs, CR) are skipped, CRLF ends a
+ * the file's first bytes, an empty object {}, ...) declines. Blank lines (spaces, tabs, CR) are skipped, CRLF ends a
  * line, a BOM at the start of the file is skipped, the last line may lack its newline.
  * The decode runs without the GIL.
  */
@@ -597,9 +597,9 @@ static int decode_line(Decoder *d, const uint8_t *p, const uint8_t *end) {
         DECLINE(d, "a line is not a JSON object");
     d->hint = 0;
     p = skip_ws(p + 1, end);
-    if (p < end && *p == '}') {
-        p++;
-    } else {
+    if (p < end && *p == '}')   /* DuckDB reads {} as the value of a lone column: leave it to DuckDB */
+        DECLINE(d, "an empty object");
+    {
         for (;;) {
             if (p >= end || *p != '"')
                 DECLINE(d, "an object key is not a string");
