@@ -81,6 +81,7 @@ static PyObject *buffer_new(void *data, Py_ssize_t size) {
 typedef struct {
     const char *name;
     size_t nlen;
+    int plain_name;       /* no quote, backslash or control byte: compared in place (read_key) */
     int kind;
     int width;            /* bytes per value (0 for strings and booleans) */
     uint8_t *valid;       /* bitmap */
@@ -100,6 +101,7 @@ typedef struct {
     const char *why;      /* the reason of a decline */
     int64_t line;
     locale_t c_locale;
+    int64_t capacity;     /* rows the columns' buffers hold */
 } Decoder;
 
 #define DECLINE(d, reason) do { (d)->why = (reason); return -1; } while (0)
@@ -576,13 +578,61 @@ static int parse_value(Decoder *d, Column *c, const uint8_t **pp, const uint8_t 
     return 0;
 }
 
+static void *grow_zeroed(void *p, size_t old, size_t new) {
+    uint8_t *q = realloc(p, new);
+    if (q != NULL)
+        memset(q + old, 0, new - old);
+    return q;
+}
+
+/* Doubles the rows every column's buffers hold. */
+static int grow(Decoder *d) {
+    size_t old = (size_t)d->capacity, cap = old * 2;
+    for (Py_ssize_t i = 0; i < d->ncols; i++) {
+        Column *c = &d->cols[i];
+        void *q = grow_zeroed(c->valid, (old + 7) / 8, (cap + 7) / 8);
+        if (q == NULL)
+            return -1;
+        c->valid = q;
+        if (c->kind == K_STRING)
+            q = grow_zeroed(c->offsets, (old + 1) * 4, (cap + 1) * 4);
+        else if (c->kind == K_BOOL)
+            q = grow_zeroed(c->values, (old + 7) / 8, (cap + 7) / 8);
+        else
+            q = grow_zeroed(c->values, old * (size_t)c->width, cap * (size_t)c->width);
+        if (q == NULL)
+            return -1;
+        if (c->kind == K_STRING)
+            c->offsets = q;
+        else
+            c->values = q;
+    }
+    d->capacity = (int64_t)cap;
+    return 0;
+}
+
+static inline int same_bytes(const uint8_t *a, const char *b, size_t n) {
+    while (n >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+        a += 8, b += 8, n -= 8;
+    }
+    while (n--)
+        if (*a++ != (uint8_t)*b++)
+            return 0;
+    return 1;
+}
+
 static inline Column *find_column(Decoder *d, const uint8_t *key, size_t n) {
     Py_ssize_t k = d->ncols;
     for (Py_ssize_t i = 0, j = d->hint; i < k; i++, j++) {
         if (j >= k)
             j = 0;
         Column *c = &d->cols[j];
-        if (c->nlen == n && memcmp(c->name, key, n) == 0) {
+        if (c->nlen == n && same_bytes(key, c->name, n)) {
             d->hint = j + 1;
             return c;
         }
@@ -590,61 +640,85 @@ static inline Column *find_column(Decoder *d, const uint8_t *key, size_t n) {
     return NULL;
 }
 
-/* One non-blank line [p, end): one object -> one row. */
-static int decode_line(Decoder *d, const uint8_t *p, const uint8_t *end) {
+/* The key whose opening quote is at key - 1: the column it names (NULL when none) and, in *after,
+ * the byte after its closing quote. The expected column (the one after the last matched) is tried
+ * first by comparing its name in place; a name holding no quote, backslash or control byte can only
+ * match a key spelt exactly so. */
+static int read_key(Decoder *d, const uint8_t *key, const uint8_t *end, Column **col, const uint8_t **after) {
+    if (d->hint < d->ncols) {
+        Column *c = &d->cols[d->hint];
+        if (c->plain_name && (size_t)(end - key) > c->nlen && key[c->nlen] == '"' && same_bytes(key, c->name, c->nlen)) {
+            d->hint++;
+            *col = c;
+            *after = key + c->nlen + 1;
+            return 0;
+        }
+    }
+    const uint8_t *k = key;
+    while (k < end && *k != '"' && *k != '\\' && *k >= 0x20)
+        k++;
+    if (k >= end || *k != '"')
+        DECLINE(d, "a key with an escape or a control character");
+    for (const uint8_t *q = key; q < k;) {
+        if (*q < 0x80) {
+            q++;
+            continue;
+        }
+        int n = utf8_len(q, k);
+        if (n == 0)
+            DECLINE(d, "invalid UTF-8");
+        q += n;
+    }
+    *col = find_column(d, key, (size_t)(k - key));
+    *after = k + 1;
+    return 0;
+}
+
+/* One line's object at *pp (its first byte not blank): one row; *pp ends at the line's newline or
+ * the end of the data. A newline inside the object is never valid here (a string declines on it as
+ * a control byte, a value or a separator as not JSON), so the object's parse finds the line's end. */
+static int decode_line(Decoder *d, const uint8_t **pp, const uint8_t *end) {
+    const uint8_t *p = *pp;
     int64_t row = d->row;
+    if (row == d->capacity && grow(d) < 0)
+        DECLINE(d, "out of memory");
     if (*p != '{')
         DECLINE(d, "a line is not a JSON object");
     d->hint = 0;
     p = skip_ws(p + 1, end);
     if (p < end && *p == '}')   /* DuckDB reads {} as the value of a lone column: leave it to DuckDB */
         DECLINE(d, "an empty object");
-    {
-        for (;;) {
-            if (p >= end || *p != '"')
-                DECLINE(d, "an object key is not a string");
-            const uint8_t *key = p + 1, *k = key;
-            while (k < end && *k != '"' && *k != '\\' && *k >= 0x20)
-                k++;
-            if (k >= end || *k != '"')
-                DECLINE(d, "a key with an escape or a control character");
-            for (const uint8_t *q = key; q < k;) {
-                if (*q < 0x80) {
-                    q++;
-                    continue;
-                }
-                int n = utf8_len(q, k);
-                if (n == 0)
-                    DECLINE(d, "invalid UTF-8");
-                q += n;
-            }
-            Column *c = find_column(d, key, (size_t)(k - key));
-            p = skip_ws(k + 1, end);
-            if (p >= end || *p != ':')
-                DECLINE(d, "no colon after a key");
-            p = skip_ws(p + 1, end);
-            if (c != NULL) {
-                if (c->seen == row)
-                    DECLINE(d, "a declared key given twice");
-                c->seen = row;
-                if (parse_value(d, c, &p, end) < 0)
-                    return -1;
-            } else if (skip_value(d, &p, end, 1) < 0)
+    for (;;) {
+        Column *c;
+        if (p >= end || *p != '"')
+            DECLINE(d, "an object key is not a string");
+        if (read_key(d, p + 1, end, &c, &p) < 0)
+            return -1;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':')
+            DECLINE(d, "no colon after a key");
+        p = skip_ws(p + 1, end);
+        if (c != NULL) {
+            if (c->seen == row)
+                DECLINE(d, "a declared key given twice");
+            c->seen = row;
+            if (parse_value(d, c, &p, end) < 0)
                 return -1;
-            p = skip_ws(p, end);
-            if (p < end && *p == ',') {
-                p = skip_ws(p + 1, end);
-                continue;
-            }
-            if (p < end && *p == '}') {
-                p++;
-                break;
-            }
-            DECLINE(d, "an object does not close");
+        } else if (skip_value(d, &p, end, 1) < 0)
+            return -1;
+        p = skip_ws(p, end);
+        if (p < end && *p == ',') {
+            p = skip_ws(p + 1, end);
+            continue;
         }
+        if (p < end && *p == '}') {
+            p++;
+            break;
+        }
+        DECLINE(d, "an object does not close");
     }
     p = skip_ws(p, end);
-    if (p != end)
+    if (p != end && *p != '\n')
         DECLINE(d, "more than one value on a line");
     for (Py_ssize_t i = 0; i < d->ncols; i++) {
         Column *c = &d->cols[i];
@@ -655,6 +729,7 @@ static int decode_line(Decoder *d, const uint8_t *p, const uint8_t *end) {
         }
     }
     d->row++;
+    *pp = p;
     return 0;
 }
 
@@ -664,15 +739,17 @@ static int decode_all(Decoder *d, const uint8_t *data, size_t size) {
         p += 3;
     d->line = 0;
     while (p < stop) {
-        const uint8_t *nl = memchr(p, '\n', (size_t)(stop - p));
-        const uint8_t *end = nl ? nl : stop;
+        const uint8_t *begin = p;
         d->line++;
-        if ((size_t)(end - p) > MAX_LINE)
-            DECLINE(d, "a line over read_json's maximum object size");
-        const uint8_t *q = skip_ws(p, end);
-        if (q < end && decode_line(d, q, end) < 0)
-            return -1;
-        p = nl ? nl + 1 : stop;
+        p = skip_ws(p, stop);
+        if (p < stop && *p != '\n') {
+            if (decode_line(d, &p, stop) < 0)
+                return -1;
+            if ((size_t)(p - begin) > MAX_LINE)
+                DECLINE(d, "a line over read_json's maximum object size");
+        }
+        if (p < stop)
+            p++;   /* the newline */
     }
     return 0;
 }
@@ -713,15 +790,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     ncols = PySequence_Fast_GET_SIZE(seq);
     const uint8_t *bytes = data.buf;
     size_t size = (size_t)data.len;
-    /* rows <= lines: every buffer but the strings' characters sized once */
-    size_t lines = 1;
-    for (const uint8_t *p = bytes, *stop = bytes + size; p < stop;) {
-        const uint8_t *nl = memchr(p, '\n', (size_t)(stop - p));
-        if (nl == NULL)
-            break;
-        lines++;
-        p = nl + 1;
-    }
+    /* rows: a first guess from the size (grown by decode_line when a file has shorter lines) */
+    size_t lines = size / 48 + 64;
     cols = calloc((size_t)(ncols ? ncols : 1), sizeof(Column));
     if (cols == NULL) {
         PyErr_NoMemory();
@@ -741,6 +811,10 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         Column *c = &cols[i];
         c->name = name;   /* borrowed from fields, which outlives the call */
         c->nlen = (size_t)nlen;
+        c->plain_name = 1;
+        for (Py_ssize_t j = 0; j < nlen; j++)
+            if (name[j] == '"' || name[j] == '\\' || (uint8_t)name[j] < 0x20)
+                c->plain_name = 0;
         c->kind = kind;
         c->width = column_width(kind);
         c->seen = -1;
@@ -756,7 +830,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    Decoder d = {cols, ncols, 0, 0, NULL, 0, c_locale};
+    Decoder d = {cols, ncols, 0, 0, NULL, 0, c_locale, (int64_t)lines};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = decode_all(&d, bytes, size);

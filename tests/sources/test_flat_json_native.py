@@ -275,3 +275,12 @@ def test_decodes_run_in_parallel_threads(tmp_path):
     for k, table in enumerate(results):
         assert table.num_rows == 20000
         assert table.column("s")[19999].as_py() == f"v{k}-19999" and table.column("i")[7].as_py() == 7 * k
+
+
+def test_short_lines_grow_the_buffers(tmp_path):
+    """Lines shorter than the decoder's first guess of a row's size (its buffers grow), with
+    booleans, nulls and strings across the growth."""
+    lines = [f'{{"i":{k},"b":{"true" if k % 3 else "false"},"s":{"null" if k % 5 == 0 else json.dumps(str(k))}}}'
+             if k % 7 else '{"i":1}' for k in range(20000)]
+    _compare(tmp_path, "\n".join(lines).encode(), must_accept=True)
+    _compare(tmp_path, b'{"b":true}\n' + b"\n" * 5000 + b'{"b":false}\r\n', must_accept=True)
