@@ -199,6 +199,10 @@ _NATIVE_KINDS = {"VARCHAR": 0, "TINYINT": 1, "SMALLINT": 2, "INTEGER": 3, "BIGIN
                  "BOOLEAN": 6, "TIMESTAMPTZ": 7, "TIMESTAMP": 7}
 
 
+#: a larger file goes to DuckDB's scan, which streams it (the decoder holds the file and its columns)
+NATIVE_MAX_BYTES = 1 << 30
+
+
 @functools.lru_cache(maxsize=64)
 def _native_plan(schema: Schema, only: tuple[str, ...] | None) -> tuple | None:
     """(the decoder's fields, their Arrow schema) for the columns _read_json_duckdb would declare
@@ -207,7 +211,10 @@ def _native_plan(schema: Schema, only: tuple[str, ...] | None) -> tuple | None:
     fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
     if any(f.duckdb_type not in _NATIVE_KINDS for f in fields):
         return None
-    spec = tuple((f.name.encode(), _NATIVE_KINDS[f.duckdb_type]) for f in fields)
+    try:
+        spec = tuple((f.name.encode(), _NATIVE_KINDS[f.duckdb_type]) for f in fields)
+    except UnicodeEncodeError:    # a name holding a lone surrogate: no line can spell it in UTF-8
+        return None
     return spec, pa.schema([pa.field(f.name, f.arrow_type) for f in fields])
 
 
@@ -224,6 +231,8 @@ def _read_json_native(path: str | list[str], schema: Schema, only: list[str] | N
     for p in [path] if isinstance(path, str) else path:
         try:
             with open(p, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size > NATIVE_MAX_BYTES:
+                    return None
                 data = fh.read()
         except (OSError, TypeError, ValueError):
             return None
