@@ -27,7 +27,12 @@ KIND = {"s": "str", "i": "int", "n": "int", "sm": "int", "ti": "int", "d": "num"
 
 
 def test_the_decoder_is_built_and_used():
-    from increments.native import _flatjson   # noqa: PLC0415 - the point of the test: importable
+    """Without the build, every JSON file goes to DuckDB (correct, slower): a checkout not built
+    since the decoder came fails here. Build it: pip install -e . (or python setup.py build_ext --inplace)."""
+    try:
+        from increments.native import _flatjson   # noqa: PLC0415 - the point of the test: importable
+    except ImportError as e:
+        pytest.fail(f"increments/native/_flatjson is not built ({e}): run pip install -e . in the checkout")
     assert ff._flatjson is _flatjson
     assert _flatjson.decode(b'{"a": 1}\n', ((b"a", _flatjson.INT64),))[0] == 1
 
