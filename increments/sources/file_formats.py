@@ -272,6 +272,8 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
         return table.select(schema.names).cast(schema.to_arrow())
     except (duckdb.Error, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
+    except UnicodeDecodeError:    # DuckDB's error text cut inside a character (a duplicate key's non-ASCII value)
+        return None
 
 
 def diagnose_json_lines(lines: list[bytes], schema: Schema) -> tuple[int | None, str]:

@@ -289,3 +289,12 @@ def test_short_lines_grow_the_buffers(tmp_path):
              if k % 7 else '{"i":1}' for k in range(20000)]
     _compare(tmp_path, "\n".join(lines).encode(), must_accept=True)
     _compare(tmp_path, b'{"b":true}\n' + b"\n" * 5000 + b'{"b":false}\r\n', must_accept=True)
+
+
+def test_a_duplicate_key_with_non_ascii_text_names_the_line(tmp_path):
+    """DuckDB's error for this line is cut inside a character (its Python binding then raises
+    UnicodeDecodeError); the scan counts as failed, and the error names the file, line and key."""
+    path = tmp_path / "f.json"
+    path.write_bytes(b'{"s": "ok"}\n{"s":"0000\\u001f\\u001f\\u0800","s":"0000\\u001f\\u001f\\u0800"}\n')
+    with pytest.raises(MalformedInputError, match=r"line 2: the JSON object has the key 's' twice"):
+        ff.read_json_lines(str(path), SCHEMA)
