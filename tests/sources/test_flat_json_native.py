@@ -34,6 +34,10 @@ def test_the_decoder_is_built_and_used():
     except ImportError as e:
         pytest.fail(f"increments/native/_flatjson is not built ({e}): run pip install -e . in the checkout")
     assert ff._flatjson is _flatjson
+    m = _flatjson
+    assert ff._NATIVE_KINDS == {"VARCHAR": m.STRING, "TINYINT": m.INT8, "SMALLINT": m.INT16, "INTEGER": m.INT32,
+                                "BIGINT": m.INT64, "DOUBLE": m.FLOAT64, "BOOLEAN": m.BOOL,
+                                "TIMESTAMPTZ": m.TIMESTAMP, "TIMESTAMP": m.TIMESTAMP}
     assert _flatjson.decode(b'{"a": 1}\n', ((b"a", _flatjson.INT64),))[0] == 1
 
 
