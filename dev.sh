@@ -17,8 +17,10 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-# requirements.lock: the versions the suite passed with (.ci/lock.py), as constraints
-if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ] || [ requirements.lock -nt .venv/.installed ]; then
+# requirements.lock: the versions the suite passed with (.ci/lock.py), as constraints; the install
+# also compiles increments/native (setup.py): a changed C source reinstalls as a changed pyproject does
+if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ] || [ requirements.lock -nt .venv/.installed ] \
+    || [ setup.py -nt .venv/.installed ] || [ -n "$(find increments/native -name '*.c' -newer .venv/.installed)" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c requirements.lock -e '.[dev]'
   touch .venv/.installed

@@ -24,6 +24,11 @@ pacsv = lazy_module("pyarrow.csv")
 pajson = lazy_module("pyarrow.json")
 pq = lazy_module("pyarrow.parquet")  # loaded at first use: increments/lazy.py
 
+try:      # built with the package (setup.py); a missing build fails tests/sources/test_flat_json_native.py
+    from ..native import _flatjson
+except ImportError:       # an editable checkout not rebuilt since: DuckDB reads every file, as before
+    _flatjson = None
+
 
 def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> pa.Table:
     """`table` (holding at least `columns`) as a table of `schema` where every column not in
@@ -38,8 +43,11 @@ def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> 
 def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None) -> pa.Table:
     """DuckDB's reader first (the fastest here); pyarrow's when DuckDB refuses (e.g. an object over its
     size limit); the line-by-line diagnosis when both do, so the error names the line. With
-    `columns`, only those are decoded (the others are null, see with_only)."""
-    fast = _read_json_duckdb(path, schema, columns)
+    `columns`, only those are decoded (the others are null, see with_only). A file within the
+    compiled decoder's fast path (_read_json_native) is decoded there, with DuckDB's result."""
+    fast = _read_json_native(path, schema, columns)
+    if fast is None:
+        fast = _read_json_duckdb(path, schema, columns)
     if fast is not None:
         return fast
     with open(path, "rb") as f:
@@ -102,7 +110,8 @@ def read_json_lines_many(paths: list[str], schema: Schema, columns: list[str] | 
     """The rows of several JSON-lines files in their order, in one DuckDB scan (many small files
     cost a fraction of one scan each); None when that scan fails: the caller then reads the files
     one by one (read_json_lines), which names the bad file and line."""
-    return _read_json_duckdb(list(paths), schema, columns)
+    fast = _read_json_native(list(paths), schema, columns)
+    return fast if fast is not None else _read_json_duckdb(list(paths), schema, columns)
 
 
 #: the JSON value types a field of a declared type accepts (DuckDB's json_type names); others fail
@@ -185,6 +194,63 @@ def _scan_bytes(path: str | list[str]) -> int | None:
         return None
 
 
+#: the declared types the compiled decoder reads (increments/native/_flatjson.c), as its kinds
+_NATIVE_KINDS = {"VARCHAR": 0, "TINYINT": 1, "SMALLINT": 2, "INTEGER": 3, "BIGINT": 4, "DOUBLE": 5,
+                 "BOOLEAN": 6, "TIMESTAMPTZ": 7, "TIMESTAMP": 7}
+
+
+#: a larger file goes to DuckDB's scan, which streams it (the decoder holds the file and its columns)
+NATIVE_MAX_BYTES = 1 << 30
+
+
+@functools.lru_cache(maxsize=64)
+def _native_plan(schema: Schema, only: tuple[str, ...] | None) -> tuple | None:
+    """(the decoder's fields, their Arrow schema) for the columns _read_json_duckdb would declare
+    (json_scan_sql's), or None when one has a type the decoder does not read (DATE, FLOAT,
+    DECIMAL, BINARY, nested: DuckDB reads those files)."""
+    fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+    if any(f.duckdb_type not in _NATIVE_KINDS for f in fields):
+        return None
+    try:
+        spec = tuple((f.name.encode(), _NATIVE_KINDS[f.duckdb_type]) for f in fields)
+    except UnicodeEncodeError:    # a name holding a lone surrogate: no line can spell it in UTF-8
+        return None
+    return spec, pa.schema([pa.field(f.name, f.arrow_type) for f in fields])
+
+
+def _read_json_native(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
+    """The table _read_json_duckdb gives for these files, decoded by the compiled flat-JSON decoder
+    (increments/native/_flatjson.c, without the GIL), or None -- a decline -- when a declared type,
+    a line or a value is outside its fast path (see there; the caller then runs DuckDB's scan, so
+    errors and their messages are DuckDB's path's), or a file cannot be read."""
+    plan = _native_plan(schema, None if only is None else tuple(only))
+    if plan is None or _flatjson is None or not path:
+        return None
+    spec, read = plan
+    tables = []
+    for p in [path] if isinstance(path, str) else path:
+        try:
+            with open(p, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size > NATIVE_MAX_BYTES:
+                    return None
+                data = fh.read()
+        except (OSError, TypeError, ValueError):
+            return None
+        out = _flatjson.decode(data, spec)
+        if isinstance(out, str):
+            return None
+        rows, columns = out
+        arrays = []
+        for field, (nulls, valid, values, offsets) in zip(read, columns):
+            validity = None if valid is None else pa.py_buffer(valid)
+            buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(values)] if offsets is not None else \
+                [validity, pa.py_buffer(values)]
+            arrays.append(pa.Array.from_buffers(field.type, rows, buffers, null_count=nulls))
+        tables.append(pa.Table.from_arrays(arrays, schema=read))
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    return with_only(table, schema.to_arrow(), only) if only is not None else table
+
+
 def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | None = None) -> pa.Table | None:
     """One DuckDB scan; strictly typed fields (strict_json_types) are read as JSON and converted
     only when the value has an accepted type (else the scan fails: None, and the caller names the
@@ -205,6 +271,8 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
             return with_only(table.select(read.names).cast(read), target, only)
         return table.select(schema.names).cast(schema.to_arrow())
     except (duckdb.Error, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    except UnicodeDecodeError:    # DuckDB's error text cut inside a character (a duplicate key's non-ASCII value)
         return None
 
 

@@ -1,0 +1,1 @@
+"""Compiled helpers of increments (built by setup.py with the package; see _flatjson.c)."""
