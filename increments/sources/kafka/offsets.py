@@ -118,7 +118,8 @@ class KafkaOffsets:
             end = self._rate_limit(start, end)
         if self._parse_while_reading:   # the local runner reads it next: fetched while offsets[N] is written
             first = min(((t, int(p)) for t, ps in end.items() for p, e in ps.items()
-                         if e > start.get(t, {}).get(p, 0)), default=None)
+                         if e > start.get(t, {}).get(p, 0) and not self._stashed(t, int(p), start.get(t, {}).get(p, 0))),
+                        default=None)
             if first is not None:
                 _assign(self._readers()[0], *first, start.get(first[0], {}).get(str(first[1]), 0))
         return end
