@@ -543,3 +543,36 @@ def test_a_rest_read_ahead_serves_only_the_ranges_that_follow_it(kafka_broker):
     assert rest.column("offset").to_pylist() == list(range(10, 30)) and rest.column("key").null_count == 20
     assert [json.loads(v)["id"] for v in rng(20, 30).column("value").to_pylist()] == list(range(20, 30))
     src.close()
+
+
+@pytest.mark.parametrize("case", ["cap", "null"])
+def test_a_rest_not_read_ahead_is_read_by_its_own_batches(kafka_broker, tmp_path, monkeypatch, case):
+    """A rest beyond the stashes' room (cap: room for one partition's rest only) or holding anything
+    but plain messages (null: a tombstone in partition 1's rest) is not kept: those batches consume
+    their own ranges from the broker, with the same rows."""
+    import increments.sources.kafka.consume as consume_mod
+    topic = create_topic(kafka_broker, partitions=2)
+    for p in range(2):
+        values = [json.dumps({"id": p * 100 + i}) for i in range(40)]
+        if case == "null" and p == 1:
+            values[25] = None
+        produce(kafka_broker, topic, values, partition=p)
+    if case == "cap":
+        monkeypatch.setattr(consume_mod, "_STASH_OFFSETS", 30)
+    consumed, take = [], consume_mod.KafkaConsume._consume_range
+
+    def spy(self, t, p, s, e, *a, **kw):
+        consumed.append((p, s, e))
+        return take(self, t, p, s, e, *a, **kw)
+    monkeypatch.setattr(consume_mod.KafkaConsume, "_consume_range", spy)
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic, max_offsets_per_trigger=20)
+         .parse_json("id BIGINT", keep=["partition", "offset"]), tmp_path / "chk", fn)
+    assert len(got) == 4
+    for b, t in got.items():
+        assert sorted(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist())) == \
+            [(p, o) for p in range(2) for o in range(10 * b, 10 * b + 10)]
+        assert sorted(i for i in t.column("id").to_pylist() if i is not None) == \
+            [p * 100 + o for p in range(2) for o in range(10 * b, 10 * b + 10) if (p, o) != (1, 25) or case == "cap"]
+    tried = [(0, 0, 10), (0, 10, 40), (1, 0, 10)] + ([(1, 10, 40)] if case == "null" else [])
+    assert consumed == tried + [(1, s, s + 10) for s in (10, 20, 30)]

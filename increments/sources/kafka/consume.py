@@ -299,26 +299,32 @@ class KafkaConsume:
         pause() drops what it fetched. The messages are the log's, read once either way; this read's
         table and offsets are unchanged. Anything but plain messages up to the target (an error, an
         end-of-partition event before it, nothing for _STALL_S, more than twice the bytes estimated)
-        keeps nothing: the next reads consume those ranges themselves and apply the data-loss rule
-        there, in their own batch. True when a stash was made (c is then past the target)."""
+        keeps nothing (and is not tried again for that partition in this query: self._stash maps it
+        to None): the next reads consume those ranges themselves and apply the data-loss rule there,
+        in their own batch. True when a stash was made (c is then past the target)."""
         if not self._parse_while_reading or self._target is None:
             return False
         n = self._target.get(t, {}).get(str(p), 0) - e
         if n <= 0:
             return False
         stash = self._stash if self._stash is not None else {}
+        if (t, p) in stash and stash[(t, p)] is None:
+            return False                      # tried in this query and met something unusual
         stash.pop((t, p), None)
-        if sum(len(x.off) for x in stash.values()) + n > _STASH_OFFSETS:
+        kept = [x for x in stash.values() if x is not None]
+        if sum(len(x.off) for x in kept) + n > _STASH_OFFSETS:
             return False
-        room = _STASH_BYTES - sum(x.table.column("value").nbytes for x in stash.values())
+        room = _STASH_BYTES - sum(x.table.column("value").nbytes for x in kept)
         if table.column("value").nbytes / max(1, e - s) * n > room or not _holds(c, t, p, e):
             return False
+        self._stash = stash
         try:
-            rest, _ = self._consume_range(t, p, e, e + n, probe_stall=False, skip=skip, reader=c, ahead_bytes=2 * room)
+            rest, _ = self._consume_range(t, p, e, e + n, probe_stall=False, skip=skip, reader=c,
+                                          ahead_bytes=2 * room)
         except _NoStash:
+            stash[(t, p)] = None              # not again for this partition: its batches read it
             return False
         stash[(t, p)] = _Stash(e, e + n, rest, skip)
-        self._stash = stash
         return True
 
     def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False,
@@ -360,8 +366,8 @@ class KafkaConsume:
 
         With `ahead_bytes` (_stash_rest: the rest of a partition read ahead), anything but plain
         messages up to e raises _NoStash instead (an error, an end-of-partition event before e, no
-        message for _STALL_S, a null value, more than ahead_bytes of values); an end-of-partition event at or past
-        e means every message below e has been handed over."""
+        message for _STALL_S, a null value, more than ahead_bytes of values); an end-of-partition
+        event at or past e means every message below e has been handed over."""
         m_error, m_offset, m_value = Message.error, Message.offset, Message.value
         c = reader if reader is not None else self._readers()[0]
         step = _consume_step()

@@ -50,7 +50,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         self._admin: Any = None
         self._epochs: list | None = None          # sources/<i>/topic_ids.json, cached
         self._ids_ahead: tuple | None = None      # (asked at, DescribeTopics futures): topics.request_topic_ids
-        self._stash: dict | None = None           # (topic, partition) -> consume._Stash: a rest read ahead
+        self._stash: dict | None = None           # (topic, partition) -> consume._Stash (a rest read ahead) or None
 
     # -- description / schema -------------------------------------------------------------------
     @property
