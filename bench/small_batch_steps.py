@@ -7,7 +7,8 @@ thin wrappers around the protocol steps and the functions below: per batch, the 
 batch's thread in each (`time.thread_time`, "[thread]" when it ran on another thread), the wall
 of the top-level steps, every thread's CPU (by name) and the process CPU. The last line is the
 same as JSON, for comparing builds (`bench/ab.py --base main -- bench/small_batch_steps.py 6
-memory files` alternates processes). SWITCH=<seconds> sets sys.setswitchinterval first.
+memory files` alternates processes). SWITCH=<seconds> sets sys.setswitchinterval first; NOSTASH=1
+turns the Kafka source's rest read ahead off (consume._STASH_OFFSETS = 0: a consumer kept assigned, as before h48).
 """
 import os, sys, time, tempfile, threading, re, statistics, collections, importlib
 WT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,6 +112,8 @@ def run(self):
         g = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}", "X", self.name); g = re.sub(r"_\d+$", "", g)
         thr[g] += time.thread_time() - c
 threading.Thread.run = run
+if os.environ.get("NOSTASH"):
+    import increments.sources.kafka.consume as kc; kc._STASH_OFFSETS = 0
 sb.run_query(source, store, path, kafka, 50); sb.run_query(source, store, path, kafka, 50)
 acc.clear(); thr.clear(); wall.clear()
 nb = 0; c0 = time.process_time(); mt = 0.0; per = []

@@ -449,8 +449,10 @@ def test_available_now_assigns_the_next_batch_ahead_and_reads_each_row_once(kafk
     """Under AvailableNow the local runner's read leaves its first consumer where the next batch
     starts (still assigned, having consumed exactly up to there, or assigned there ahead), and the
     plan of batch 0 assigns it where that batch starts; each batch consumes from it (no re-assign)
-    and still reads exactly its range."""
+    and still reads exactly its range. (A rest small enough is read ahead instead: the next test;
+    here none is.)"""
     import increments.sources.kafka.consume as consume_mod
+    monkeypatch.setattr(consume_mod, "_STASH_OFFSETS", 0)
     topic = create_topic(kafka_broker, partitions=2)
     for p in range(2):
         produce(kafka_broker, topic, [json.dumps({"id": p * 100 + i}) for i in range(40)], partition=p)
@@ -475,3 +477,102 @@ def test_available_now_assigns_the_next_batch_ahead_and_reads_each_row_once(kafk
     # batch 0: assigned by its plan (latest_offset); later ones: left there by the previous read
     assert [first[(topic, 0, s)] for s in (0, 10, 20, 30)] == [True, True, True, True]
     assert [first[(topic, 1, s)] for s in (0, 10, 20, 30)] == [False] * 4   # read ahead within a read only
+
+
+def test_available_now_reads_a_small_rest_once_and_leaves_no_consumer_fetching(kafka_broker, tmp_path, monkeypatch):
+    """Under AvailableNow in the local runner, a partition's rest up to the target that is small is
+    consumed with the first range read from it and kept for the next batches: those take their
+    exact ranges without a consumer, and no consumer stays assigned (fetching) between batches.
+    Rows, offsets and the parse done while reading are those of reading each range from the broker."""
+    import increments.sources.kafka.consume as consume_mod
+    from increments.sources.kafka import KafkaSource
+    topic = create_topic(kafka_broker, partitions=2)
+    for p in range(2):
+        produce(kafka_broker, topic, [json.dumps({"id": p * 100 + i}) for i in range(40)], partition=p)
+    monkeypatch.setattr(consume_mod, "_PARSE_BYTES", 100)    # several chunks kept, handed over as pieces
+    consumed, take = [], consume_mod.KafkaConsume._consume_range
+
+    def spy(self, t, p, s, e, *a, **kw):
+        consumed.append((p, s, e))
+        return take(self, t, p, s, e, *a, **kw)
+    monkeypatch.setattr(consume_mod.KafkaConsume, "_consume_range", spy)
+    assigned, read = [], KafkaSource.read
+
+    def spy_read(self, start, end, columns=None):
+        out = read(self, start, end, columns)
+        assigned.append([c.held for c in self._reader_pair])
+        return out
+    monkeypatch.setattr(KafkaSource, "read", spy_read)
+    taken = _spy_take(monkeypatch)
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic, max_offsets_per_trigger=20)
+         .parse_json("id BIGINT", keep=["partition", "offset"]), tmp_path / "chk", fn)
+    assert len(got) == 4 and all(taken)
+    for b, t in got.items():
+        assert sorted(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                          t.column("id").to_pylist())) == \
+            [(p, o, p * 100 + o) for p in range(2) for o in range(10 * b, 10 * b + 10)]
+    # batch 0 read [0, 10) of each partition, then the rest [10, 40); nothing else from the broker
+    assert consumed == [(0, 0, 10), (0, 10, 40), (1, 0, 10), (1, 10, 40)]
+    assert assigned == [[None, None]] * 4
+
+
+def test_a_rest_read_ahead_serves_only_the_ranges_that_follow_it(kafka_broker):
+    """read() with the AvailableNow target known in the local runner keeps the rest [e, target) of a
+    small partition (see the test above); a read that starts elsewhere (a replay) or reads other
+    columns drops it and reads the broker: the same rows either way."""
+    from increments.sources.kafka import KafkaSource
+    topic = create_topic(kafka_broker)
+    produce(kafka_broker, topic, [json.dumps({"id": i}) for i in range(30)], keys=[b"k%d" % i for i in range(30)])
+    src = KafkaSource(kafka_broker, topic=topic)
+    src.enable_read_ahead()
+    src.prepare_available_now()
+    assert src.available_now_target() == {topic: {"0": 30}}
+
+    def rng(s, e, columns=None):
+        return src.read({topic: {"0": s}}, {topic: {"0": e}}, columns)
+    first = rng(0, 10)
+    assert src._stashed(topic, 0, 10)
+    second = rng(10, 20)
+    assert second.column("offset").to_pylist() == list(range(10, 20))
+    assert second.column("key").to_pylist() == [b"k%d" % i for i in range(10, 20)]
+    assert src._stashed(topic, 0, 20)                      # taken from the rest kept
+    assert rng(0, 10).equals(first)                        # a replay: from the broker, the same rows
+    assert src._stashed(topic, 0, 10)                      # ... which keeps the rest again
+    rest = rng(10, 30, columns=["value", "offset"])      # other columns: not the stash's
+    assert rest.column("offset").to_pylist() == list(range(10, 30)) and rest.column("key").null_count == 20
+    assert [json.loads(v)["id"] for v in rng(20, 30).column("value").to_pylist()] == list(range(20, 30))
+    src.close()
+
+
+@pytest.mark.parametrize("case", ["cap", "null"])
+def test_a_rest_not_read_ahead_is_read_by_its_own_batches(kafka_broker, tmp_path, monkeypatch, case):
+    """A rest beyond the stashes' room (cap: room for one partition's rest only) or holding anything
+    but plain messages (null: a tombstone in partition 1's rest) is not kept: those batches consume
+    their own ranges from the broker, with the same rows."""
+    import increments.sources.kafka.consume as consume_mod
+    topic = create_topic(kafka_broker, partitions=2)
+    for p in range(2):
+        values = [json.dumps({"id": p * 100 + i}) for i in range(40)]
+        if case == "null" and p == 1:
+            values[25] = None
+        produce(kafka_broker, topic, values, partition=p)
+    if case == "cap":
+        monkeypatch.setattr(consume_mod, "_STASH_OFFSETS", 30)
+    consumed, take = [], consume_mod.KafkaConsume._consume_range
+
+    def spy(self, t, p, s, e, *a, **kw):
+        consumed.append((p, s, e))
+        return take(self, t, p, s, e, *a, **kw)
+    monkeypatch.setattr(consume_mod.KafkaConsume, "_consume_range", spy)
+    got, fn = _collect()
+    _run(inc.read_stream.kafka(kafka_broker, topic=topic, max_offsets_per_trigger=20)
+         .parse_json("id BIGINT", keep=["partition", "offset"]), tmp_path / "chk", fn)
+    assert len(got) == 4
+    for b, t in got.items():
+        assert sorted(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist())) == \
+            [(p, o) for p in range(2) for o in range(10 * b, 10 * b + 10)]
+        assert sorted(i for i in t.column("id").to_pylist() if i is not None) == \
+            [p * 100 + o for p in range(2) for o in range(10 * b, 10 * b + 10) if (p, o) != (1, 25) or case == "cap"]
+    tried = [(0, 0, 10), (0, 10, 40), (1, 0, 10)] + ([(1, 10, 40)] if case == "null" else [])
+    assert consumed == tried + [(1, s, s + 10) for s in (10, 20, 30)]

@@ -32,7 +32,14 @@ Contracts:
   up to there, with what librdkafka fetched beyond already queued, else assigned there; and the
   plan of a batch assigns it where that batch's read starts. A read that starts elsewhere
   re-assigns. Which offsets a read returns never depends on it. In that mode the next plan's
-  topic-id check (topics.py) is asked at the end of each read.
+  topic-id check (topics.py) is asked at the end of each read. Also in that mode, when a
+  partition's rest up to the AvailableNow target is small (at most 20,000 offsets and ~16 MiB of
+  values over all partitions), the read that reaches it consumes the rest too and keeps it in
+  memory; the following batches take their exact ranges from it, and no consumer stays assigned
+  (a consumer at a partition's end polls the broker every fetch.wait.max.ms). A read that starts
+  elsewhere (a replay) or reads other columns reads the broker; anything unusual in the rest
+  (an error, the partition's end before the target) keeps nothing, so the data-loss rule applies
+  in the batch whose range it is.
 - parse_json right on the value column (ParseJsonOp calls `parse_values_as`): while a batch is
   read, the values are also parsed as JSON lines on two worker threads, in pieces of about 2 MiB
   (Arrow binary arrays; the join and the parse hold no GIL), as the next messages are consumed;

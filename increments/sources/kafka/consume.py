@@ -25,6 +25,11 @@ _second = operator.itemgetter(1)
 _CHUNK = 500       # messages per consume() call at most (see _consume_step)
 _PARSE_BYTES = 2 << 20   # values kept (and handed to the parse thread) in pieces of about this size
 _STALL_S = 1.0     # no answer at all this long after assign -> probe the partition's (low, high)
+#: under AvailableNow in the local runner, the rest of a partition up to the target is read with the
+#: range before it (and kept for the next reads, _Stash) when the stashes hold at most this many offsets
+#: and about this many value bytes in all (librdkafka would queue that much ahead anyway)
+_STASH_OFFSETS = 20_000
+_STASH_BYTES = 16 << 20
 
 
 def _binary_array(values: list, lens: list | None) -> pa.Array:
@@ -114,6 +119,35 @@ class _OutOfRange(Exception):
     """The broker no longer (or not yet) holds the offset a read started at."""
 
 
+class _NoStash(Exception):
+    """Reading a partition's rest ahead (_stash_rest) met anything but plain messages: not kept."""
+
+
+def _all_below(msgs: list, t: str, p: int, e: int) -> bool:
+    """Among messages read ahead (_stash_rest): True on (t, p)'s end-of-partition event at or past
+    e (every message below e has been handed over); any other error raises _NoStash."""
+    for m in msgs:
+        err = m.error()
+        if err is None:
+            continue
+        if err.code() == err._PARTITION_EOF and (m.topic(), m.partition()) == (t, p) and m.offset() >= e:
+            return True
+        raise _NoStash()
+    return False
+
+
+class _Stash:
+    """The rest of one partition up to the AvailableNow target, read with an earlier range (see
+    KafkaConsume._stash_rest): `table` holds exactly the messages with start <= offset < end (SCHEMA,
+    ordered by offset; `off` its offsets), columns in `skip` null. A read of [start, e) with e <= end
+    takes its first rows and the stash then starts at e; any other read of the partition drops it."""
+    __slots__ = ("end", "off", "skip", "start", "table")
+
+    def __init__(self, start: int, end: int, table: pa.Table, skip: frozenset):
+        self.start, self.end, self.table, self.skip = start, end, table, skip
+        self.off = table.column("offset").to_numpy()
+
+
 class KafkaConsume:
     """KafkaSource's reading half: read() and what it needs (the client, the data-loss rule and
     the parse hand-off come from the other halves)."""
@@ -134,6 +168,8 @@ class KafkaConsume:
         if reset:
             self.read_metrics["recreated_topics"] = sorted(reset)
             start = {t: ({} if t in reset else v) for t, v in start.items()}
+            if self._stash:
+                self._stash = {tp: x for tp, x in self._stash.items() if tp[0] not in reset}
         skip = frozenset() if columns is None else frozenset({"key", "timestamp"} - set(columns))
         self._parsed = None
         parse = self._parse_options is not None and self._parse_while_reading
@@ -145,7 +181,7 @@ class KafkaConsume:
                     self._loss(t, int(p), e, s, f"the partition now ends at {e} (topic deleted and recreated?)")
                 elif e > s:
                     ranges.append((t, int(p), s, e))
-        read = self._read_ranges(sorted(ranges), parse, skip, self._next_start(end))
+        read = self._read_ranges(sorted(ranges), parse, skip, end)
         if self._parse_while_reading and self._target is not None and self.checkpoint is not None:
             request_topic_ids(self)   # the next plan's topic-id check, answered while this batch runs
         tables = [x for x, _ in read if x.num_rows]
@@ -154,28 +190,42 @@ class KafkaConsume:
             self._parsed = _Parsed(out, self._parse_schema, [x for _, pieces in read for x in pieces])
         return out
 
-    def _read_ranges(self, ranges: list, parse: bool, skip: frozenset, ahead: tuple | None = None) -> list:
+    def _read_ranges(self, ranges: list, parse: bool, skip: frozenset, end: Any = None) -> list:
         """Each (t, p, s, e) range in turn, one partition at a time (measured faster on Tansu than
-        one consumer fetching all of them at once), on two consumers in turn: while one consumes a
-        range, the other is already assigned to the next, so librdkafka's threads fetch it in the
-        background (the first messages after an assign take 20-100 ms here, more than consuming
-        20k messages). Afterwards both are unassigned, except, with `ahead` (t, p, s: where the next
-        read starts, see _next_start), the one that consumed (t, p) exactly up to s - 1: it stays
-        assigned, with what librdkafka fetched beyond the range already queued, and becomes the
-        first consumer (the next read consumes from it without an assign); if none did, the first
-        consumer is assigned there ahead."""
-        readers = self._readers()
-        out = []
+        one consumer fetching all of them at once). A range a stash holds (_Stash: the rest of the
+        partition, read ahead by an earlier range, see _stash_rest) is taken from it without a
+        consumer. The others are read on two consumers in turn: while one consumes a range, the
+        other is already assigned to the next, so librdkafka's threads fetch it in the background
+        (the first messages after an assign take 20-100 ms here, more than consuming 20k messages).
+        Afterwards both are unassigned, except, with `end` under AvailableNow in the local runner
+        (where the next read starts: _next_start), the one that consumed that partition exactly up
+        to there: it stays assigned, with what librdkafka fetched beyond the range already queued,
+        and becomes the first consumer (the next read consumes from it without an assign); if none
+        did, the first consumer is assigned there ahead."""
+        out: list = [None] * len(ranges)
+        todo = []
+        for i, r in enumerate(ranges):
+            got = self._from_stash(*r, parse, skip)
+            if got is None:
+                todo.append((i, r))
+            else:
+                out[i] = got
+        ahead = self._next_start(end) if end is not None else None
+        readers = self._readers() if todo or ahead is not None else (self._reader_pair or [])
         kept = None
         try:
-            if ranges:
-                _assign(readers[0], *ranges[0][:3])   # unless the previous read left it there
-            for i, (t, p, s, e) in enumerate(ranges):
-                if i + 1 < len(ranges):
-                    _assign(readers[(i + 1) % 2], *ranges[i + 1][:3])
-                c = readers[i % 2]
-                out.append(self._read_partition(t, p, s, e, parse, skip, reader=c))
-                if kept is None and ahead is not None and _holds(c, *ahead):
+            if todo:
+                _assign(readers[0], *todo[0][1][:3])   # unless the previous read left it there
+            for j, (i, (t, p, s, e)) in enumerate(todo):
+                if j + 1 < len(todo):
+                    _assign(readers[(j + 1) % 2], *todo[j + 1][1][:3])
+                c = readers[j % 2]
+                out[i] = self._read_partition(t, p, s, e, parse, skip, reader=c)
+                if self._stash_rest(c, t, p, s, e, out[i][0], skip):
+                    if ahead is not None and ahead[:2] == (t, p):
+                        ahead = self._next_start(end)   # that partition's next reads need no consumer
+                    c.unassign()
+                elif kept is None and ahead is not None and _holds(c, *ahead):
                     kept = c              # consumed exactly up to where the next read starts
                 else:
                     c.unassign()
@@ -193,19 +243,89 @@ class KafkaConsume:
         return out
 
     def _next_start(self, end: Any) -> tuple | None:
-        """Under AvailableNow in the local runner (read-ahead enabled), where the next read() starts:
-        the first partition (in read order) that ends before the AvailableNow target, at this read's
-        end. librdkafka fetches it while this batch is processed and committed and the next one
-        planned (_read_ranges); the next read() consumes it if its first range starts there, and
-        otherwise re-assigns (_assign). None for an open-ended stream (an idle query would keep
-        fetching) and outside the local runner. Which offsets a read returns never depends on it."""
+        """Under AvailableNow in the local runner (read-ahead enabled), where the next read() starts
+        on a consumer: the first partition (in read order) that ends before the AvailableNow target
+        and whose rest is not stashed (_Stash), at this read's end. librdkafka fetches it while this
+        batch is processed and committed and the next one planned (_read_ranges); the next read()
+        consumes it if its first range starts there, and otherwise re-assigns (_assign). None for an
+        open-ended stream (an idle query would keep fetching) and outside the local runner. Which
+        offsets a read returns never depends on it."""
         if not self._parse_while_reading or self._target is None:
             return None
         for t, p in sorted((t, int(p)) for t, ps in end.items() for p in ps):
             e = end[t][str(p)]
-            if e < self._target.get(t, {}).get(str(p), 0):
+            if e < self._target.get(t, {}).get(str(p), 0) and not self._stashed(t, p, e):
                 return t, p, e
         return None
+
+    def _stashed(self, t: str, p: int, s: int) -> bool:
+        """Whether a stash holds (t, p) from offset s on (the next read of it needs no consumer)."""
+        x = self._stash.get((t, p)) if self._stash else None
+        return x is not None and x.start == s
+
+    def _from_stash(self, t: str, p: int, s: int, e: int, parse: bool, skip: frozenset) -> tuple | None:
+        """[s, e) of (t, p) from its stash, as _read_partition returns it (the table and its pieces
+        handed to the parse threads, one per chunk of the stash's value column: chunks of about
+        _PARSE_BYTES, as read), when the stash starts at s, reaches e and was read with the same
+        columns; the stash then starts at e (dropped once empty). Any other read of the partition
+        drops its stash (a replay, a read of other columns) and returns None: read from the broker."""
+        x = self._stash.get((t, p)) if self._stash else None
+        if x is None:
+            return None
+        if x.start != s or e > x.end or x.skip != skip:
+            del self._stash[(t, p)]
+            return None
+        i = int(np.searchsorted(x.off, e))
+        part = x.table.slice(0, i)
+        if e >= x.end:
+            del self._stash[(t, p)]
+        else:
+            x.table, x.off, x.start = x.table.slice(i), x.off[i:], e
+        pieces = None
+        if parse:
+            value = part.column("value")
+            if value.null_count == 0:    # a null value (tombstone): parse_json's exact path decides
+                pieces = [self._hand_to_parse(ch) for ch in value.chunks if len(ch)]
+        return part, pieces
+
+    def _stash_rest(self, c: Any, t: str, p: int, s: int, e: int, table: pa.Table, skip: frozenset) -> bool:
+        """Under AvailableNow in the local runner, once c has read [s, e) of (t, p) (`table`): when
+        the rest of the partition up to the target, [e, target), is small (all stashes together at
+        most _STASH_OFFSETS offsets and, estimated from this range, about _STASH_BYTES of values),
+        consume it now on c and keep it (_Stash) for the next reads, which then need no consumer.
+        Why: a consumer kept assigned at a partition's end polls the broker (every fetch.wait.max.ms)
+        for as long as it stays assigned, ~15 fetches a small batch that the broker answers on the
+        same cores (bench/README.md, issue 33, fifth pass); librdkafka has no "stop at offset", and
+        pause() drops what it fetched. The messages are the log's, read once either way; this read's
+        table and offsets are unchanged. Anything but plain messages up to the target (an error, an
+        end-of-partition event before it, nothing for _STALL_S, more than twice the bytes estimated)
+        keeps nothing (and is not tried again for that partition in this query: self._stash maps it
+        to None): the next reads consume those ranges themselves and apply the data-loss rule there,
+        in their own batch. True when a stash was made (c is then past the target)."""
+        if not self._parse_while_reading or self._target is None:
+            return False
+        n = self._target.get(t, {}).get(str(p), 0) - e
+        if n <= 0:
+            return False
+        stash = self._stash if self._stash is not None else {}
+        if (t, p) in stash and stash[(t, p)] is None:
+            return False                      # tried in this query and met something unusual
+        stash.pop((t, p), None)
+        kept = [x for x in stash.values() if x is not None]
+        if sum(len(x.off) for x in kept) + n > _STASH_OFFSETS:
+            return False
+        room = _STASH_BYTES - sum(x.table.column("value").nbytes for x in kept)
+        if table.column("value").nbytes / max(1, e - s) * n > room or not _holds(c, t, p, e):
+            return False
+        self._stash = stash
+        try:
+            rest, _ = self._consume_range(t, p, e, e + n, probe_stall=False, skip=skip, reader=c,
+                                          ahead_bytes=2 * room)
+        except _NoStash:
+            stash[(t, p)] = None              # not again for this partition: its batches read it
+            return False
+        stash[(t, p)] = _Stash(e, e + n, rest, skip)
+        return True
 
     def _read_partition(self, t: str, p: int, s: int, e: int, parse: bool = False,
                         skip: frozenset = frozenset(), reader: Any = None) -> tuple[pa.Table, list | None]:
@@ -227,7 +347,7 @@ class KafkaConsume:
 
     def _consume_range(self, t: str, p: int, s: int, e: int, probe_stall: bool = True,
                        parse: bool = False, skip: frozenset = frozenset(),
-                       reader: Any = None) -> tuple[pa.Table, list | None]:
+                       reader: Any = None, ahead_bytes: int | None = None) -> tuple[pa.Table, list | None]:
         """Consume [s, e) of (t, p) in small chunks (_consume_step), each dropped before the next
         consume(); topic and partition are constants here, not read per message. Nothing at all
         within _STALL_S of the start (a start past the end gets no answer from Tansu) raises
@@ -242,7 +362,12 @@ class KafkaConsume:
         conversion). With `parse`, each piece also goes to the worker thread (_parse_piece, which
         holds no GIL) while the next messages are consumed; returns [(messages, future)] in row
         order, or None when a value is null or the rows had to be reordered or cut (nothing to
-        pre-parse or line up)."""
+        pre-parse or line up).
+
+        With `ahead_bytes` (_stash_rest: the rest of a partition read ahead), anything but plain
+        messages up to e raises _NoStash instead (an error, an end-of-partition event before e, no
+        message for _STALL_S, a null value, more than ahead_bytes of values); an end-of-partition
+        event at or past e means every message below e has been handed over."""
         m_error, m_offset, m_value = Message.error, Message.offset, Message.value
         c = reader if reader is not None else self._readers()[0]
         step = _consume_step()
@@ -255,6 +380,7 @@ class KafkaConsume:
         offsets: list = []           # np int64 arrays, one per consumed chunk
         stamps: list | None = None if "timestamp" in skip else []
         last = s - 1
+        taken = 0                    # value bytes so far (ahead_bytes)
 
         def close_piece() -> None:
             nonlocal piece, lens, pending, pieces
@@ -274,6 +400,8 @@ class KafkaConsume:
             while last < e - 1:
                 msgs = c.consume(num_messages=max(1, min(step, e - 1 - last)), timeout=0.1)
                 if not msgs:
+                    if ahead_bytes is not None and time.time() > stall_at:
+                        raise _NoStash()
                     if probe_stall and last < s and time.time() > stall_at:
                         raise _OutOfRange(f"nothing at offset {s} after {_STALL_S:.0f} s")   # past the end?
                     if time.time() > deadline:
@@ -283,7 +411,8 @@ class KafkaConsume:
                 deadline = time.time() + self.fetch_timeout_s
                 ended = False
                 if any(map(m_error, msgs)):
-                    ended = self._check_errors(msgs, t, p, e, last)
+                    ended = (self._check_errors(msgs, t, p, e, last) if ahead_bytes is None
+                             else _all_below(msgs, t, p, e))
                     msgs = [m for m in msgs if m.error() is None]
                 if msgs:
                     n = len(msgs)
@@ -306,7 +435,13 @@ class KafkaConsume:
                             lens = None
                         else:
                             lens.append(ln)
-                            pending += int(ln.sum())
+                            got = int(ln.sum())
+                            pending += got
+                            taken += got
+                    if ahead_bytes is not None:
+                        if lens is None or taken > ahead_bytes:   # a null value, or more than estimated
+                            raise _NoStash()
+                        stall_at = time.time() + _STALL_S
                     if pending >= _PARSE_BYTES:
                         close_piece()
                 del msgs   # before the next consume(): see _consume_step

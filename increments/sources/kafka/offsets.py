@@ -117,10 +117,12 @@ class KafkaOffsets:
         if limited and self.max_offsets_per_trigger:
             end = self._rate_limit(start, end)
         if self._parse_while_reading:   # the local runner reads it next: fetched while offsets[N] is written
-            first = min(((t, int(p)) for t, ps in end.items() for p, e in ps.items()
-                         if e > start.get(t, {}).get(p, 0)), default=None)
+            # (the first range a rest read ahead does not hold: consume.py, _Stash)
+            ranges = sorted((t, int(p), start.get(t, {}).get(p, 0)) for t, ps in end.items() for p, e in ps.items()
+                            if e > start.get(t, {}).get(p, 0))
+            first = next((r for r in ranges if not self._stashed(*r)), None)
             if first is not None:
-                _assign(self._readers()[0], *first, start.get(first[0], {}).get(str(first[1]), 0))
+                _assign(self._readers()[0], *first)
         return end
 
     def _rate_limit(self, start: dict, end: dict) -> dict:

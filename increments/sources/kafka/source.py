@@ -17,7 +17,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
     _per_query = {"read_metrics": {}, "_consumer": None, "_reader_pair": None, "_target": None,
                   "_parse_schema": None,
                   "_parse_options": None, "_parse_while_reading": False, "_parsed": None, "_pool": None,
-                  "_admin": None, "_epochs": None, "_ids_ahead": None}
+                  "_admin": None, "_epochs": None, "_ids_ahead": None, "_stash": None}
 
     def __init__(self, bootstrap_servers: str, topic: str | None = None, topics: Any = None,
                  starting_offsets: Any = "earliest", max_offsets_per_trigger: int | None = None,
@@ -50,6 +50,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
         self._admin: Any = None
         self._epochs: list | None = None          # sources/<i>/topic_ids.json, cached
         self._ids_ahead: tuple | None = None      # (asked at, DescribeTopics futures): topics.request_topic_ids
+        self._stash: dict | None = None           # (topic, partition) -> consume._Stash (a rest read ahead) or None
 
     # -- description / schema -------------------------------------------------------------------
     @property
@@ -89,6 +90,7 @@ class KafkaSource(KafkaParse, KafkaConsume, KafkaOffsets, Source):
     def close(self) -> None:
         self._parsed = None
         self._ids_ahead = None
+        self._stash = None
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
