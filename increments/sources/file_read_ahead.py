@@ -44,6 +44,10 @@ READ_AHEAD_WORKERS = 2
 #: ...as long as the next batches' files hold at most this many bytes (decoded data of batches
 #: ahead is memory the current batch does not need); the first files that fit are read
 READ_AHEAD_BYTES = 128 << 20
+#: a Parquet file read ahead from this size on has its dictionary-encoded strings read as dictionaries
+#: (_decode_parquet_dictionary): below, the second open of the file costs more than the cast saves
+#: (hourly-clicks rows: 20k rows, 0.29 MB, break even; a 50-row file 0.24 against 0.15 ms of CPU)
+DICTIONARY_READ_MIN_BYTES = 1 << 20
 
 
 class FileReadAhead:
@@ -126,11 +130,11 @@ class FileReadAhead:
         (and one chunk per column, as read), at ~0.6x of the CPU of reading them as strings
         (Arrow's reader appends each string to a builder; the cast is one take). None when that
         does not apply (a remote object, no declared schema, no such column, a declared column
-        missing): the usual read decides, and raises."""
+        missing, a file under DICTIONARY_READ_MIN_BYTES): the usual read decides, and raises."""
         loc, name = self._where(key)
         path = loc.local_path(name)
         schema = self._schema
-        if path is None or schema is None:
+        if path is None or schema is None or os.path.getsize(path) < DICTIONARY_READ_MIN_BYTES:
             return None
         target = schema.to_arrow()
         read = [c for c in schema.names if columns is None or c in columns] or schema.names[:1]
@@ -147,7 +151,7 @@ class FileReadAhead:
                      and all(meta.row_group(g).column(at[c]).has_dictionary_page for g in range(meta.num_row_groups))]
         if not coded:
             return None
-        with pq.ParquetFile(path, read_dictionary=coded) as pf:
+        with pq.ParquetFile(path, read_dictionary=coded, metadata=meta) as pf:
             rows = pf.read(columns=read)
         if columns is not None:
             table = with_only(rows.cast(pa.schema([target.field(c) for c in rows.column_names])), target, columns)

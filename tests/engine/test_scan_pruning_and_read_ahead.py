@@ -137,7 +137,7 @@ def test_failed_read_ahead_fails_the_owning_batch_naming_file_and_line(tmp_path)
 
 
 @pytest.mark.parametrize("columns", [["campaign_id", "event_time"], None, ["user_id"]])
-def test_parquet_read_ahead_decodes_stored_dictionaries_to_the_same_table(tmp_path, columns):
+def test_parquet_read_ahead_decodes_stored_dictionaries_to_the_same_table(tmp_path, monkeypatch, columns):
     """A Parquet file's dictionary-encoded strings are read ahead as dictionaries and decoded by a
     cast (less CPU than Arrow's string reader): the table is the one the batch's own read gives --
     values, nulls, types and one chunk per column --, several row groups (a dictionary each), a
@@ -145,8 +145,9 @@ def test_parquet_read_ahead_decodes_stored_dictionaries_to_the_same_table(tmp_pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from increments.sources import file_formats
+    from increments.sources import file_formats, file_read_ahead
     from increments.types import parse_schema
+    monkeypatch.setattr(file_read_ahead, "DICTIONARY_READ_MIN_BYTES", 0)     # (a small file is read as usual)
     d = tmp_path / "in"
     d.mkdir()
     n = 7000
@@ -171,6 +172,8 @@ def test_parquet_read_ahead_decodes_stored_dictionaries_to_the_same_table(tmp_pa
     assert src._decode_parquet_dictionary("missing.parquet", columns) is None
     with pytest.raises(inc.errors.MalformedInputError, match="amount"):
         src._decode_ahead("missing.parquet", columns)
+    monkeypatch.undo()
+    assert src._decode_parquet_dictionary("groups.parquet", columns) is None     # small: not worth a second open
 
 
 def test_file_deleted_after_its_read_ahead_is_data_loss(tmp_path):
