@@ -70,13 +70,15 @@ def main() -> None:
     a = ap.parse_args()
     src = os.path.join(a.dir, a.format)
     script = os.path.join(tempfile.mkdtemp(), "run.py")
-    open(script, "w").write(RUN)
+    with open(script, "w") as fh:
+        fh.write(RUN)
     results = {}
     for name, tree in (("base", extract(a.base)), ("new", ROOT)):
         out = script + f".{name}.pkl"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.path.join(tree, "tests")]))
         subprocess.run([sys.executable, script, src, a.format, str(a.files), a.mode, out], env=env, cwd=tree, check=True)
-        results[name] = pickle.load(open(out, "rb"))
+        with open(out, "rb") as fh:
+            results[name] = pickle.load(fh)
     b, n = results["base"], results["new"]
     bad = 0
     for part in ("batches", "state", "progress"):
