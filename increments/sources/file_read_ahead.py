@@ -8,6 +8,9 @@
 - The next batch's seen-files entry is written ahead, while the current batch runs (an orphan
   entry, adopted by the next plan: see _write_entry_ahead).
 - The consuming operator's pre-computation runs on the rows read ahead (prepare_rows_with).
+- A local Parquet file's dictionary-encoded string columns are read ahead as dictionaries and
+  decoded by a cast: the same table as the batch's own read, for less CPU
+  (_decode_parquet_dictionary).
 
 What it uses of FileSource: _log, _listed, _where, _decode, _reads_together, root(), auto_batch and
 the attributes FileSource.__init__ sets for it (_read_ahead, _ahead_columns, _prepare,
@@ -22,11 +25,13 @@ from typing import Any
 from ..lazy import lazy_module
 from ..redaction import logger as redacting_logger
 from ..storage import ObjectInfo
+from .file_formats import with_only
 from .file_listing import within_bytes
 from .prefetch import ReadAhead
 from .seen_files import entry_key
 
 pa = lazy_module("pyarrow")  # loaded at first use: increments/lazy.py
+pq = lazy_module("pyarrow.parquet")
 
 log = redacting_logger("increments.sources.files")
 #: with max_files_per_trigger and a backlog, the files of this many next batches are decoded in the
@@ -39,6 +44,10 @@ READ_AHEAD_WORKERS = 2
 #: ...as long as the next batches' files hold at most this many bytes (decoded data of batches
 #: ahead is memory the current batch does not need); the first files that fit are read
 READ_AHEAD_BYTES = 128 << 20
+#: a Parquet file read ahead from this size on has its dictionary-encoded strings read as dictionaries
+#: (_decode_parquet_dictionary): below, the second open of the file costs more than the cast saves
+#: (hourly-clicks rows: 20k rows, 0.29 MB, break even; a 50-row file 0.24 against 0.15 ms of CPU)
+DICTIONARY_READ_MIN_BYTES = 1 << 20
 
 
 class FileReadAhead:
@@ -100,12 +109,58 @@ class FileReadAhead:
         self._prepare = prepare
 
     def _decode_ahead(self, key: str, columns: list[str] | None) -> pa.Table:
-        table = self._decode(key, columns)
+        table = None
+        if self.format == "parquet":
+            try:
+                table = self._decode_parquet_dictionary(key, columns)
+            except Exception:  # noqa: BLE001 - decoded as usual below: the batch raises there if it must
+                log.debug("dictionary read of %s ahead failed", key, exc_info=True)
+        if table is None:
+            table = self._decode(key, columns)
         if self._prepare is not None and self.max_files_per_trigger == 1:   # a batch is this very table
             try:
                 self._prepare(table)
             except Exception:  # noqa: BLE001 - the batch computes it again and raises there if it must
                 log.debug("prepare of %s read ahead failed", key, exc_info=True)
+        return table
+
+    def _decode_parquet_dictionary(self, key: str, columns: list[str] | None) -> pa.Table | None:
+        """The table file_formats.read_parquet gives for a local Parquet file, its string columns
+        stored dictionary-encoded read as dictionaries and decoded by a cast: the same values
+        (and one chunk per column, as read), at ~0.6x of the CPU of reading them as strings
+        (Arrow's reader appends each string to a builder; the cast is one take). None when that
+        does not apply (a remote object, no declared schema, no such column, a declared column
+        missing, a file under DICTIONARY_READ_MIN_BYTES): the usual read decides, and raises."""
+        loc, name = self._where(key)
+        path = loc.local_path(name)
+        schema = self._schema
+        if path is None or schema is None or os.path.getsize(path) < DICTIONARY_READ_MIN_BYTES:
+            return None
+        target = schema.to_arrow()
+        read = [c for c in schema.names if columns is None or c in columns] or schema.names[:1]
+        with pq.ParquetFile(path) as pf:
+            names = pf.schema_arrow.names
+            if any(n not in names for n in schema.names):
+                return None
+            meta = pf.metadata
+            stored = pf.schema_arrow
+            at = {meta.schema.column(i).path: i for i in range(meta.num_columns)}    # leaf columns
+            coded = [c for c in read if c in at and target.field(c).type == pa.string()
+                     and (pa.types.is_string(stored.field(c).type) or pa.types.is_large_string(stored.field(c).type))
+                     and meta.num_row_groups
+                     and all(meta.row_group(g).column(at[c]).has_dictionary_page for g in range(meta.num_row_groups))]
+        if not coded:
+            return None
+        with pq.ParquetFile(path, read_dictionary=coded, metadata=meta) as pf:
+            rows = pf.read(columns=read)
+        if columns is not None:
+            table = with_only(rows.cast(pa.schema([target.field(c) for c in rows.column_names])), target, columns)
+        else:
+            table = rows.select(schema.names).cast(target)
+        if any(table.column(c).num_chunks > 1 for c in coded):
+            # a dictionary per row group: the strings decoded from them in one chunk, as read
+            table = pa.Table.from_arrays([c.combine_chunks() if n in coded else c
+                                          for n, c in zip(table.column_names, table.columns)], schema=table.schema)
         return table
 
     def close(self) -> None:
