@@ -9,7 +9,7 @@ them (one row per value) and otherwise takes its own exact path.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +19,11 @@ import pyarrow.json as pajson
 #: parse threads: two, so that once the last messages are consumed the pieces still queued are
 #: parsed on both cores (while consuming, the consumer and librdkafka take about one core)
 _PARSE_THREADS = 2
+
+#: a piece of at most this many bytes of values is parsed on the reading thread, at once: for a
+#: small batch's few messages, handing them to a worker and waiting for it at take_parsed costs
+#: more wall than the parse itself (a thread's wake-up on a busy machine)
+INLINE_PARSE_BYTES = 64 << 10
 
 def _parse_piece(values: pa.Array, options: Any) -> pa.Table | None:
     """One piece of values (an Arrow binary array) joined with newlines by Arrow and parsed by
@@ -75,6 +80,12 @@ class KafkaParse:
         return [(n, _result(f)) for n, f in p.pieces]
 
     def _hand_to_parse(self, piece: pa.Array) -> tuple[int, Any]:
+        """(messages, future of the parsed piece): parsed by a worker thread, or right here (a
+        completed future) when the piece is small (INLINE_PARSE_BYTES)."""
+        if piece.nbytes <= INLINE_PARSE_BYTES:
+            done = Future()
+            done.set_result(_parse_piece(piece, self._parse_options))
+            return len(piece), done
         return len(piece), self._parse_pool().submit(_parse_piece, piece, self._parse_options)
 
     def _parse_pool(self):
