@@ -300,15 +300,15 @@ class StreamStreamJoinOp(PhysicalOp):
         texts compared."""
         texts, hashes_want = want_keys[0], want_keys[3]
         cand = self._probe.rows(hashes, hashes_want)
-        # only the columns the join reads and the key texts (the rest is not gathered), by Arrow's take:
-        # it copies each column's chunks into one first (memory speed), which costs less than a take
-        # per chunk (join_state.take_sorted) at the chunk sizes of a join state: 515k rows in 52
-        # chunks 3.7 against 4.0 ms a side, 48k in 16 chunks 0.8 against 1.1 ms (probe included)
-        rows = full.select(schema.names + ["__m", "__k"]).take(pa.array(cand, pa.int64()))
-        exact = pc.is_in(rows.column("__k"), value_set=pc.unique(texts)).to_numpy(zero_copy_only=False)
-        if not exact.all():
-            cand, rows = cand[exact], rows.filter(pa.array(exact))
-        return cand, rows.drop_columns(["__k"])
+        if len(cand):
+            k = js.take_sorted(full.select(["__k"]), cand).column(0)
+            exact = pc.is_in(k, value_set=pc.unique(texts)).to_numpy(zero_copy_only=False)
+            if not exact.all():
+                cand = cand[exact]
+        # only the columns the join reads: the key texts and the rest are not gathered. take_sorted (a
+        # take per chunk), not Arrow's take of the table, which first copies every column's chunks into
+        # one (O(state) memory traffic per batch: quicker alone, slower on a busy machine)
+        return cand, js.take_sorted(full.select(schema.names + ["__m"]), cand)
 
     def _all_rows(self, side: str, old: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
