@@ -11,8 +11,10 @@ batch by batch; where SEMANTICS.md is silent or differs, Spark wins):
     drop rows of each watermarked side with event time <= WL_b        (counted as dropped)
     key text + partition (md5_number(key text) % partitions: partitioning.md5_mod_sql) of every new row, in DuckDB
     load the stored rows of each side whose key occurs among the OTHER side's new rows (the only
-        stored rows that can pair: one is_in on the key text over the stored chunks, which the operator keeps decoded in memory from the batch
-        before when the store was loaded at exactly the state it committed: _take_mirrors)
+        stored rows that can pair), from the stored chunks, which the operator keeps decoded in memory from the batch
+        before when the store was loaded at exactly the state it committed (_take_mirrors), with a
+        32-bit hash of each row's key text (memory only): a bitmap probe of the hashes, then the
+        key texts of the rows it finds compared (join_state.KeyProbe, _candidates)
     pairs = (stored + new) x (stored + new) matching the condition (keys compared null-safely,
         as Spark's state does), minus stored x stored                                   (DuckDB)
     left semi: Spark looks up the new right rows first, then the new left rows against a right
@@ -32,7 +34,7 @@ deterministic function of version N-1 and the batch, so a redo of N rewrites exa
 Per batch the side's chunks of every partition form one Arrow table (read from the store only
 after a restart, a redo or a batch another runner committed; otherwise the chunks this operator
 wrote, kept between batches), the candidates
-(stored rows whose key occurs among the other side's new rows) selected with one is_in, and all state updates
+(stored rows whose key occurs among the other side's new rows) selected by their key hashes and texts, and all state updates
 (store, mark matched, semi deletions, eviction) are masks over Arrow/numpy arrays: no per-row Python.
 """
 from __future__ import annotations
@@ -120,6 +122,7 @@ class StreamStreamJoinOp(PhysicalOp):
         self.offsets = spec.state_offsets          # side -> (time column, offset ms)
         self.evicts_by_watermark = bool(self.offsets)
         self.unbounded_reason = self._unbounded_reason()
+        self._probe = js.KeyProbe()        # its bitmaps are kept between batches (execute runs one batch at a time)
         if self.unbounded_reason and how != "inner":
             raise AnalysisException(f"{how} stream-stream join refused: {self.unbounded_reason}")
 
@@ -186,26 +189,25 @@ class StreamStreamJoinOp(PhysicalOp):
         # a stored row can only pair with a new row of the other side (stored x stored and a side with
         # itself never pair): its candidates are the stored rows whose key occurs among the OTHER side's
         # new rows -- about half the rows a union of both sides' keys selects
-        want = {"left": keys["right"][0].unique(), "right": keys["left"][0].unique()}
+        other = {"left": "right", "right": "left"}
         sw_us = {side: self._state_watermark_us(side, ctx) for side in new}
         mirrors = self._take_mirrors(stores)
-        full, cand, chunk_keys, where = {}, {}, {}, {}
+        full, cand, old, chunk_keys, where = {}, {}, {}, {}, {}
         for side in new:
             schema = self.ls.schema if side == "left" else self.rs.schema
-            chunk_keys[side], where[side], parts_, row0 = [], [], [], 0
+            chunk_keys[side], where[side], parts_, hashes, row0 = [], [], [], [], 0
             for p, store in enumerate(stores):
-                ks, t, mirrors[p][side], starts = js.load(store, side, schema, mirrors[p][side])
+                ks, t, mirrors[p][side], starts, h = js.load(store, side, schema, mirrors[p][side])
                 chunk_keys[side].append(ks)
                 ends = starts[1:] + [t.num_rows]
                 where[side].append([(row0 + a, b - a) for a, b in zip(starts, ends)])   # chunk c: (first row, rows)
                 row0 += t.num_rows
-                parts_.append(t.append_column("__p", pa.array(np.full(t.num_rows, p, np.int32))))
+                parts_.append(t)
+                hashes += h
             full[side] = pa.concat_tables(parts_)
-            cand[side] = (np.flatnonzero(pc.is_in(full[side].column("__k"), value_set=want[side])
-                                         .to_numpy(zero_copy_only=False))
-                          if len(want[side]) and full[side].num_rows else np.empty(0, dtype=np.int64))
+            cand[side], old[side] = self._candidates(full[side], hashes, keys[other[side]], schema)
         keep = {side: ~js.behind_mask(keys[side][2], sw_us[side]) for side in new}
-        tables = {side: self._all_rows(side, full[side], cand[side], new[side], keep[side]) for side in new}
+        tables = {side: self._all_rows(side, old[side], cand[side], new[side], keep[side]) for side in new}
         pairs = run_sql(self.pairs_sql, {"__al": tables["left"], "__ar": tables["right"]})
         matched = {}
         for side, col in (("left", "__lrid"), ("right", "__rrid")):
@@ -274,23 +276,43 @@ class StreamStreamJoinOp(PhysicalOp):
             return table, table.slice(0, 0)
         return table.filter(pc.invert(late)), table.filter(late)
 
-    def _keys(self, table: pa.Table, side: str, partitions: int) -> tuple[pa.Array, np.ndarray, pa.Array]:
-        """(key texts, partitions, event times µs) of the side's new rows, computed in DuckDB."""
+    def _keys(self, table: pa.Table, side: str, partitions: int) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
+        """(key texts, partitions, event times µs, key hashes (join_state.key_hashes)) of the side's
+        new rows, computed in DuckDB."""
         s = self.ls if side == "left" else self.rs
         exprs = self.spec.left_keys if side == "left" else self.spec.right_keys
         ktext = "concat_ws(chr(31), " + ", ".join(f"coalesce(CAST(({e}) AS VARCHAR), chr(0))" for e in exprs) + ")"
         tcol = self.offsets.get(side, (None,))[0]
         t = event_time_us_sql(tcol, s.schema) if tcol else "NULL::BIGINT"
         alias = f" AS {quote_ident(s.alias)}" if s.alias else ""
-        out = run_sql(f"SELECT {ktext} AS k, CAST({md5_mod_sql(ktext, partitions)} AS BIGINT) AS p, {t} AS t "
-                      f"FROM __e{alias}", {"__e": table})
+        # the key text once, in a subquery (the statement's parse is a visible part of a batch's cost)
+        out = run_sql(f"SELECT k, CAST({md5_mod_sql('k', partitions)} AS BIGINT) AS p, t, {js.key_hash_sql('k')} AS h "
+                      f"FROM (SELECT {ktext} AS k, {t} AS t FROM __e{alias})", {"__e": table})
         return (out.column("k").combine_chunks().cast(pa.string()),
-                out.column("p").to_numpy().astype(np.int64), out.column("t").combine_chunks().cast(pa.int64()))
+                out.column("p").to_numpy().astype(np.int64), out.column("t").combine_chunks().cast(pa.int64()),
+                out.column("h").to_numpy().astype(np.uint32))
 
-    def _all_rows(self, side: str, full: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
+    def _candidates(self, full: pa.Table, hashes: list[np.ndarray], want_keys, schema: pa.Schema
+                    ) -> tuple[np.ndarray, pa.Table]:
+        """(ascending row numbers of `full`, their rows: the side's columns + __m) of the stored rows whose
+        key text occurs among `want_keys` (the other side's new rows' (texts, partitions, times,
+        hashes)): the rows whose key hash may be wanted (join_state.KeyProbe over each chunk's
+        hashes, which the mirror keeps: the stored key texts are not hashed per batch), then their
+        texts compared."""
+        texts, hashes_want = want_keys[0], want_keys[3]
+        cand = self._probe.rows(hashes, hashes_want)
+        if len(cand):
+            k = js.take_sorted(full.select(["__k"]), cand).column(0)
+            exact = pc.is_in(k, value_set=pc.unique(texts)).to_numpy(zero_copy_only=False)
+            if not exact.all():
+                cand = cand[exact]
+        # only the columns the join reads: the key texts and the rest are not gathered. take_sorted (a
+        # take per chunk), not Arrow's take of the table, which first copies every column's chunks into
+        # one (O(state) memory traffic per batch: quicker alone, slower on a busy machine)
+        return cand, js.take_sorted(full.select(schema.names + ["__m"]), cand)
+
+    def _all_rows(self, side: str, old: pa.Table, cand: np.ndarray, new: pa.Table, keep: np.ndarray) -> pa.Table:
         schema = self.ls.schema if side == "left" else self.rs.schema
-        # only the columns the join reads: the key texts (__k) and the rest are not gathered
-        old = js.take_sorted(full.select(schema.names + ["__m"]), cand)
         return js.annotate(pa.concat_tables([old.select(schema.names).cast(schema), new]), len(cand),
                          old.column("__m").to_numpy(zero_copy_only=False), new.num_rows, keep)
 
@@ -316,7 +338,7 @@ class StreamStreamJoinOp(PhysicalOp):
         track = preserved or (self.how == "left_semi" and side == "left")
         semi_left = self.how == "left_semi" and side == "left"
         sw_us = self._state_watermark_us(side, ctx)
-        texts, parts, times = keys
+        texts, parts, times, hashes = keys
         n_st = len(cand)
         m_new = matched[n_st:]
         consider = ~m_new if semi_left else np.ones(new.num_rows, dtype=bool)
@@ -333,7 +355,7 @@ class StreamStreamJoinOp(PhysicalOp):
                     .append_column("__m", pa.array(m_new, pa.bool_())))
             for p in np.unique(parts[store_mask]).tolist():
                 sel = store_mask & (parts == p)
-                js.put_chunk(stores[p], side, rows.filter(pa.array(sel)), ctx.batch_id, mirrors[p])
+                js.put_chunk(stores[p], side, rows.filter(pa.array(sel)), ctx.batch_id, mirrors[p], hashes[sel])
                 counts[p][si] += int(sel.sum())
             metrics["num_rows_updated"] += int(store_mask.sum())
         # stored rows: matches, semi deletions, eviction -- as sorted row numbers of `full`, so the
@@ -378,7 +400,7 @@ class StreamStreamJoinOp(PhysicalOp):
             owner = np.searchsorted(firsts, touched, side="right") - 1
             for k in np.unique(owner).tolist():
                 p, c, first, n = chunks[k]
-                rows = full.slice(first, n).drop_columns(["__c", "__p"])
+                rows = full.slice(first, n)
                 m_local = rows.column("__m").to_numpy(zero_copy_only=False).copy()
                 keep = np.ones(n, dtype=bool)
                 for idx, apply in ((marked, "m"), (removed, "k"), (ev, "k")):
@@ -390,6 +412,8 @@ class StreamStreamJoinOp(PhysicalOp):
                             keep[idx[lo:hi] - first] = False
                 rows = rows.set_column(mi, "__m", pa.array(m_local, pa.bool_())).filter(pa.array(keep))
                 skey, batch_id = chunk_keys[p][c]
-                js.rewrite_chunk(stores[p], side, skey, batch_id, rows, mirrors[p])
+                kept_h = mirrors[p].hashes.get(skey)
+                js.rewrite_chunk(stores[p], side, skey, batch_id, rows, mirrors[p],
+                                 None if kept_h is None else kept_h[keep])
         return pa.concat_tables(out)
 
