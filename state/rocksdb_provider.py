@@ -312,9 +312,9 @@ class RocksDBStateStoreProvider(FileBackedProvider):
             fut.exception()
 
     def _close(self) -> None:
-        """Each store's background snapshot, then its working copy's close (rocksdict flushes the
-        memtable and syncs the WAL there, with the GIL released): the stores side by side, the first
-        on this thread; then the claims are released (also when a close failed)."""
+        """Close every working copy and wait for every snapshot job (``_close_working``: rocksdict
+        flushes the memtable and syncs the WAL there, with the GIL released), the stores side by
+        side, the first on this thread; then the claims are released (also when a close failed)."""
         items = list(self._working.items())
         pool = (ThreadPoolExecutor(max_workers=min(8, len(items) - 1), thread_name_prefix="increments-state-close")
                 if len(items) > 1 else None)

@@ -78,7 +78,7 @@ def _table_files(path: str) -> int:
 def _options(path: str | None = None) -> Options:
     """The working copy's options. RocksDB opens a DB's table files at open on
     ``max_file_opening_threads`` threads (16 by default), which it starts and joins at every open
-    even when there is no file to open: ~15 thread starts per open, 0.5-3 ms of CPU with the GIL held
+    even when there is no file to open: ~15 thread starts per open, ~0.5 ms of CPU with the GIL held
     (rocksdict holds it through the open). A working copy with at most FEW_TABLE_FILES table files
     (``path``'s, checked before the open: a new or small one) opens them on the calling thread."""
     cache, wbm = _shared_memory()
