@@ -81,10 +81,16 @@ def derived_token(parent: str) -> str:
     return f"{base}{_DERIVED}{k + 1}"
 
 
-def put(loc, name: str, data: bytes) -> None:
+def put(loc, name: str, data: bytes, *, more: bool = False) -> None:
     """The one write primitive of the state store: create-only (FileExistsError when taken).
-    A module function so that the crash tests can stop a process right before or after it."""
-    loc.write_bytes(name, data, create_only=True)
+    A module function so that the crash tests can stop a process right before or after it.
+    ``more``: the caller puts another file into the same directory next, whose durability implies
+    this one's (a snapshot's data before its ``_meta.json``): on the local disk this file's content
+    is fsynced but not its directory entry, which the next put's directory fsync makes durable."""
+    if more and loc.is_local:
+        loc.write_bytes(name, data, create_only=True, sync_dir=False)
+    else:
+        loc.write_bytes(name, data, create_only=True)
 
 
 def log_name(version: int, token: str, kind: str) -> str:

@@ -72,6 +72,7 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         self._claims: dict[tuple[str, int], Claim] = {}
         self._verified: dict[tuple[str, int], tuple[int, str, int]] = {}
         self._uploads: dict[tuple[str, int], Future] = {}     # background snapshot copies + cleanup
+        self._rows_jobs: set[Future] = set()     # those of rows snapshots: they never read the working copy
         self._taken: dict[tuple[str, int], threading.Event] = {}   # set when the job's local checkpoint exists
         self._uploader: ThreadPoolExecutor | None = None
 
@@ -242,8 +243,11 @@ class RocksDBStateStoreProvider(FileBackedProvider):
                     self._uploader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="increments-snapshot")
                 if taken is not None:
                     self._taken[key] = taken
-                self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, store._w, taken, loc,
-                                                           meta, key, rows)
+                job = self._uploads[key] = self._uploader.submit(self._snapshot_then_cleanup, store._w, taken, loc,
+                                                                 meta, key, rows)
+                if rows is not None:
+                    self._rows_jobs.add(job)
+                    job.add_done_callback(self._rows_jobs.discard)
 
     def _keep_version(self, store: RocksDBStateStore, meta: dict, lineage: dict[int, str]) -> None:
         self._apply_local(store._w, [], [], [], meta, lineage)
@@ -287,6 +291,19 @@ class RocksDBStateStoreProvider(FileBackedProvider):
         finally:
             self._cleanup(*key, meta["version"])
 
+    def _close_working(self, key: tuple[str, int], w: Working) -> None:
+        """Close the working copy of `key` and wait for its snapshot job: a rows snapshot's job
+        (its rows read at commit) runs on while the copy closes; a RocksDB checkpoint's job may
+        still read the copy (and a private copy's close removes the checkpoint beside it), so
+        the copy is closed after it."""
+        job = self._uploads.get(key)
+        if job is None or job in self._rows_jobs:
+            w.close()
+            self._await_upload(key)
+        else:
+            self._await_upload(key)
+            w.close()
+
     def _await_upload(self, key: tuple[str, int]) -> None:
         """Wait for the background snapshot copy of (operator, partition), if any. A failed copy
         only means no snapshot for that version (it stays loadable from its changelogs)."""
@@ -295,17 +312,33 @@ class RocksDBStateStoreProvider(FileBackedProvider):
             fut.exception()
 
     def _close(self) -> None:
-        for key in list(self._uploads):
-            self._await_upload(key)
-        if self._uploader is not None:
-            self._uploader.shutdown(wait=True)
-            self._uploader = None
-        for w in self._working.values():
-            w.close()
-        self._working.clear()
-        self._taken.clear()
-        for c in self._claims.values():
-            c.release()
-        self._claims.clear()
-        self._verified.clear()
-
+        """Close every working copy and wait for every snapshot job (``_close_working``: rocksdict
+        flushes the memtable and syncs the WAL there, with the GIL released), the stores side by
+        side, the first on this thread; then the claims are released (also when a close failed)."""
+        items = list(self._working.items())
+        pool = (ThreadPoolExecutor(max_workers=min(8, len(items) - 1), thread_name_prefix="increments-state-close")
+                if len(items) > 1 else None)
+        try:
+            futures = [pool.submit(self._close_working, k, w) for k, w in items[1:]] if pool is not None else []
+            try:
+                if items:
+                    self._close_working(*items[0])
+            finally:
+                for f in futures:
+                    f.exception()
+            for f in futures:
+                f.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+            for key in list(self._uploads):          # of working copies already replaced
+                self._await_upload(key)
+            if self._uploader is not None:
+                self._uploader.shutdown(wait=True)
+                self._uploader = None
+            self._working.clear()
+            self._taken.clear()
+            for c in self._claims.values():
+                c.release()
+            self._claims.clear()
+            self._verified.clear()

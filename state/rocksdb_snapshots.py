@@ -61,7 +61,8 @@ def upload_snapshot(local: str | bytes, loc, meta: dict) -> None:
     ``_meta.json`` written last, every object create-only; ``local`` is gone afterwards.
 
     * ``local`` as bytes: a rows snapshot (module doc): ``rows.arrow``, then ``_meta.json``
-      with ``format: "rows"`` (each files.put: its own fsync and directory fsync).
+      with ``format: "rows"`` (each files.put: its own fsync; on the local disk one directory
+      fsync, after ``_meta.json``'s link, which makes both names durable: files.put ``more``).
 
     * ``local`` inside the store directory (``.tmp-N.T.snapshot``, see local_checkpoint): each
       non-.sst file is fsynced (RocksDB syncs its table files), the directory is renamed to
@@ -78,7 +79,7 @@ def upload_snapshot(local: str | bytes, loc, meta: dict) -> None:
     (never listed; removed by cleanup once an hour old)."""
     prefix = files.snapshot_name(meta["version"], meta["token"]) + "/"
     if isinstance(local, bytes):
-        files.put(loc, prefix + ROWS_FILE, local)
+        files.put(loc, prefix + ROWS_FILE, local, more=True)
         files.put(loc, prefix + files.META, json.dumps(dict(meta, format="rows")).encode())   # last
         return
     try:

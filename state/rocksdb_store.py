@@ -200,6 +200,12 @@ class RocksDBStateStore(StateStore):
                 self._ranges.append((start, end))   # nothing is left in it: one range tombstone
         return keys
 
+    def delete_range(self, start: bytes | None, end: bytes | None) -> int:
+        """As ``pop_range_keys``: the keys the scan found each hold a value, so they are removed
+        without asking the DB whether they exist (the base's ``delete_many`` would: a ``get`` per key
+        the batch did not read). Same rows, counts and changelog."""
+        return len(self.pop_range_keys(start, end))
+
     def insert_many(self, keys: list[bytes], values: list[bytes]) -> None:
         if self._overlay or self._bulk is not None or len(keys) < 1000:
             self.put_many(keys, values)

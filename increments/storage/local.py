@@ -95,10 +95,13 @@ class LocalLocation(Location):
         with open(self._p(name), "rb") as f:
             return f.read()
 
-    def write_bytes(self, name: str, data: bytes, *, create_only: bool = False) -> None:
+    def write_bytes(self, name: str, data: bytes, *, create_only: bool = False, sync_dir: bool = True) -> None:
         """Durable write (module doc). Missing parent directories are created (as os.makedirs) when
         the first open in the directory finds none: a write into an existing directory (every one
-        after the first) makes no mkdir call."""
+        after the first) makes no mkdir call. ``sync_dir=False`` (local locations only): the file's
+        content is fsynced before its name appears, but the directory is not fsynced; for a caller
+        that writes another file into the same directory right after and makes that one durable
+        (its directory fsync covers both names)."""
         path = self._p(name)
         directory = os.path.dirname(path)
         if create_only and _tmpfile_ok:
@@ -108,7 +111,8 @@ class LocalLocation(Location):
                 os.makedirs(directory, exist_ok=True)
                 done = _create_unnamed(directory, path, data)
             if done:
-                _fsync_dir(directory)
+                if sync_dir:
+                    _fsync_dir(directory)
                 return
         try:
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
@@ -134,7 +138,8 @@ class LocalLocation(Location):
                     os.unlink(tmp)
                 except FileNotFoundError:
                     pass
-        _fsync_dir(directory)
+        if sync_dir:
+            _fsync_dir(directory)
 
     def head(self, name: str) -> ObjectInfo | None:
         try:

@@ -484,6 +484,45 @@ def test_batches_go_on_while_a_snapshot_is_uploaded(tmp_path, monkeypatch):
     assert any(n.startswith("2.") and n.endswith("/_meta.json") for n in store_names(str(tmp_path / "ckpt")))
 
 
+@pytest.mark.parametrize("rows_max", [4096, 0])
+def test_close_completes_every_snapshot_and_closes_every_working_copy(tmp_path, monkeypatch, rows_max):
+    """close() with snapshot jobs still running on three partitions (rows format, or a RocksDB
+    checkpoint with rows_snapshot_max=0): every snapshot is complete afterwards, and every working
+    copy was closed holding its version (a new provider claims each and finds it current)."""
+    import threading
+    from state.rocksdb_provider import RocksDBStateStoreProvider
+    release = threading.Event()
+    upload = RocksDBStateStoreProvider._upload_snapshot
+
+    def slow(*a, **kw):
+        assert release.wait(120)
+        upload(*a, **kw)
+    monkeypatch.setattr(RocksDBStateStoreProvider, "_upload_snapshot", staticmethod(slow))
+    conf = {"changelog_checkpointing": True, "snapshot_interval": 2, "local_dir": str(tmp_path / "local"),
+            "rows_snapshot_max": rows_max}
+    p = make_provider("rocksdb", str(tmp_path / "ckpt"), **conf)
+    models, tokens = {}, {}
+    for part in range(3):
+        models[part] = build(p, 2, part=part)[2]            # version 2's snapshots are held back
+        tokens[part] = p.open("op", part, 2).token
+    closer = threading.Thread(target=p.close)
+    closer.start()
+    closer.join(0.2)
+    release.set()
+    closer.join(120)
+    assert not closer.is_alive()
+    for part in range(3):
+        snap = tmp_path / "ckpt" / "state" / "op" / str(part) / files.snapshot_name(2, tokens[part])
+        assert (snap / files.META).exists()
+        assert (snap / "rows.arrow").exists() == (rows_max > 0)
+    with make_provider("rocksdb", str(tmp_path / "ckpt"), **conf) as q:
+        for part in range(3):
+            q.warm("op", part)
+            w = q._working[("op", part)]
+            assert not w.private and (w.version, w.token) == (2, tokens[part])
+            assert content(q.open("op", part, 2, tokens[part])) == models[part]
+
+
 def test_cleanup_removes_temp_files_a_killed_local_write_left(tmp_path):
     d = tmp_path / "ckpt" / "state" / "op" / "0"
     d.mkdir(parents=True)

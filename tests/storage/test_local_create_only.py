@@ -71,3 +71,21 @@ storage.location({str(root)!r}).write_bytes("d/1.x.changelog", b"x" * 5000, crea
     # the unnamed file vanishes with its process; the named one stays as a .tmp- file, never listed
     assert names == ([] if mode == "unnamed" else names) and all(n.startswith(".tmp-") for n in names)
     assert storage.location(str(root)).list("d") == []
+
+
+def test_a_write_that_leaves_the_directory_fsync_to_the_next_one(tmp_path, mode, monkeypatch):
+    """``sync_dir=False`` (a snapshot's data file before its ``_meta.json``, state.files.put ``more``):
+    the same create-only write, content fsynced before the name appears, but no directory fsync;
+    the next durable write into the directory makes both names durable with its one fsync."""
+    synced = []
+    real = local._fsync_dir
+    monkeypatch.setattr(local, "_fsync_dir", lambda d: (synced.append(d), real(d)))
+    loc = storage.location(str(tmp_path / "root"))
+    loc.write_bytes("5.t.snapshot/rows.arrow", b"r" * 3000, create_only=True, sync_dir=False)
+    assert synced == []
+    with pytest.raises(FileExistsError, match="rows.arrow"):
+        loc.write_bytes("5.t.snapshot/rows.arrow", b"other", create_only=True, sync_dir=False)
+    loc.write_bytes("5.t.snapshot/_meta.json", b"{}", create_only=True)
+    assert synced == [str(tmp_path / "root" / "5.t.snapshot")]
+    assert loc.read_bytes("5.t.snapshot/rows.arrow") == b"r" * 3000
+    assert sorted(os.listdir(tmp_path / "root" / "5.t.snapshot")) == ["_meta.json", "rows.arrow"]
