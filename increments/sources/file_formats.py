@@ -40,6 +40,20 @@ def with_only(table: pa.Table, schema: pa.Schema, columns: list[str] | None) -> 
                                  for f in schema], schema=schema)
 
 
+def scanned_fields(schema: Schema, only) -> list:
+    """The declared fields a scan decodes: those named in `only` (every field when None), and at
+    least the first one (a scan of no column would not count the rows)."""
+    return [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+
+
+def parquet_as_declared(table: pa.Table, schema: Schema, columns: list[str] | None) -> pa.Table:
+    """The columns read from a Parquet file (scanned_fields') cast to `schema`; with `columns`,
+    the others all null (with_only). Raises Arrow's error when a column does not cast."""
+    if columns is not None:
+        target = schema.to_arrow()
+        return with_only(table.cast(pa.schema([target.field(c) for c in table.column_names])), target, columns)
+    return table.select(schema.names).cast(schema.to_arrow())
+
 def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None) -> pa.Table:
     """DuckDB's reader first (the fastest here); pyarrow's when DuckDB refuses (e.g. an object over its
     size limit); the line-by-line diagnosis when both do, so the error names the line. With
@@ -144,7 +158,7 @@ _parsed = threading.local()
 def json_scan_sql(schema: Schema, only: tuple[str, ...] | None) -> str:
     """The one statement of _read_json_duckdb for `schema` (the fields in `only`, or all when
     None), with the files as the parameter $files; built once per schema and column list."""
-    fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+    fields = scanned_fields(schema, only)
 
     def declared(f) -> str:
         return "JSON" if strict_json_types(f.duckdb_type) or is_nested(f.duckdb_type) else f.duckdb_type
@@ -208,7 +222,7 @@ def _native_plan(schema: Schema, only: tuple[str, ...] | None) -> tuple | None:
     """(the decoder's fields, their Arrow schema) for the columns _read_json_duckdb would declare
     (json_scan_sql's), or None when one has a type the decoder does not read (DATE, FLOAT,
     DECIMAL, BINARY, nested: DuckDB reads those files)."""
-    fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+    fields = scanned_fields(schema, only)
     if any(f.duckdb_type not in _NATIVE_KINDS for f in fields):
         return None
     try:
@@ -258,7 +272,7 @@ def _read_json_duckdb(path: str | list[str], schema: Schema, only: list[str] | N
     import duckdb  # noqa: PLC0415 - duckdb: kept off the code location's import path
 
     from ..sql import duckdb_connection, duckdb_plain_connection  # noqa: PLC0415 - increments.sql (duckdb, numpy, pyarrow): kept off the code location's import path
-    fields = [f for f in schema.fields if only is None or f.name in only] or schema.fields[:1]
+    fields = scanned_fields(schema, only)
     sql = json_scan_sql(schema, None if only is None else tuple(only))
     try:
         size = _scan_bytes(path)
@@ -458,14 +472,10 @@ def read_parquet(path: str, schema: Schema | None, columns: list[str] | None = N
             if missing:
                 raise MalformedInputError(f"file {path}: columns {missing} of the declared schema are missing "
                                           f"(the file has {names})")
-            table = pf.read(columns=[c for c in schema.names if columns is None or c in columns] or schema.names[:1])
+            table = pf.read(columns=[f.name for f in scanned_fields(schema, columns)])
     except (pa.ArrowInvalid, OSError) as e:
         raise MalformedInputError(f"file {path}: not a readable Parquet file: {e}") from e
     try:
-        if columns is not None:
-            target = schema.to_arrow()
-            read = pa.schema([target.field(c) for c in table.column_names])
-            return with_only(table.cast(read), target, columns)
-        return table.select(schema.names).cast(schema.to_arrow())
+        return parquet_as_declared(table, schema, columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise MalformedInputError(f"file {path}: cannot cast to the declared schema ({schema}): {e}") from e

@@ -25,7 +25,7 @@ from typing import Any
 from ..lazy import lazy_module
 from ..redaction import logger as redacting_logger
 from ..storage import ObjectInfo
-from .file_formats import with_only
+from .file_formats import parquet_as_declared, scanned_fields
 from .file_listing import within_bytes
 from .prefetch import ReadAhead
 from .seen_files import entry_key
@@ -137,7 +137,7 @@ class FileReadAhead:
         if path is None or schema is None or os.path.getsize(path) < DICTIONARY_READ_MIN_BYTES:
             return None
         target = schema.to_arrow()
-        read = [c for c in schema.names if columns is None or c in columns] or schema.names[:1]
+        read = [f.name for f in scanned_fields(schema, columns)]
         with pq.ParquetFile(path) as pf:
             names = pf.schema_arrow.names
             if any(n not in names for n in schema.names):
@@ -153,10 +153,7 @@ class FileReadAhead:
             return None
         with pq.ParquetFile(path, read_dictionary=coded, metadata=meta) as pf:
             rows = pf.read(columns=read)
-        if columns is not None:
-            table = with_only(rows.cast(pa.schema([target.field(c) for c in rows.column_names])), target, columns)
-        else:
-            table = rows.select(schema.names).cast(target)
+        table = parquet_as_declared(rows, schema, columns)
         if any(table.column(c).num_chunks > 1 for c in coded):
             # a dictionary per row group: the strings decoded from them in one chunk, as read
             table = pa.Table.from_arrays([c.combine_chunks() if n in coded else c

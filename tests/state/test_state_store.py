@@ -458,7 +458,8 @@ def test_a_checkpoint_of_an_earlier_release_without_tokens_loads_and_goes_on(tmp
         assert content(p.open("op", 0, 3, token)) == model
 
 
-def test_batches_go_on_while_a_snapshot_is_uploaded(tmp_path, monkeypatch):
+def hold_snapshot_uploads(monkeypatch):
+    """The RocksDB provider's snapshot uploads wait (then run as usual) until the returned event is set."""
     import threading
     from state.rocksdb_provider import RocksDBStateStoreProvider
     release = threading.Event()
@@ -468,6 +469,11 @@ def test_batches_go_on_while_a_snapshot_is_uploaded(tmp_path, monkeypatch):
         assert release.wait(120)
         upload(*a, **kw)
     monkeypatch.setattr(RocksDBStateStoreProvider, "_upload_snapshot", staticmethod(slow))
+    return release
+
+
+def test_batches_go_on_while_a_snapshot_is_uploaded(tmp_path, monkeypatch):
+    release = hold_snapshot_uploads(monkeypatch)
     conf = {"changelog_checkpointing": True, "snapshot_interval": 2, "local_dir": str(tmp_path / "local")}
     with make_provider("rocksdb", str(tmp_path / "ckpt"), **conf) as p:
         models = build(p, 2)                     # version 2's snapshot is held back
@@ -489,15 +495,7 @@ def test_close_completes_every_snapshot_and_closes_every_working_copy(tmp_path, 
     """close() with snapshot jobs still running on three partitions (rows format, or a RocksDB
     checkpoint with rows_snapshot_max=0): every snapshot is complete afterwards, and every working
     copy was closed holding its version (a new provider claims each and finds it current)."""
-    import threading
-    from state.rocksdb_provider import RocksDBStateStoreProvider
-    release = threading.Event()
-    upload = RocksDBStateStoreProvider._upload_snapshot
-
-    def slow(*a, **kw):
-        assert release.wait(120)
-        upload(*a, **kw)
-    monkeypatch.setattr(RocksDBStateStoreProvider, "_upload_snapshot", staticmethod(slow))
+    release = hold_snapshot_uploads(monkeypatch)
     conf = {"changelog_checkpointing": True, "snapshot_interval": 2, "local_dir": str(tmp_path / "local"),
             "rows_snapshot_max": rows_max}
     p = make_provider("rocksdb", str(tmp_path / "ckpt"), **conf)
@@ -505,6 +503,7 @@ def test_close_completes_every_snapshot_and_closes_every_working_copy(tmp_path, 
     for part in range(3):
         models[part] = build(p, 2, part=part)[2]            # version 2's snapshots are held back
         tokens[part] = p.open("op", part, 2).token
+    import threading
     closer = threading.Thread(target=p.close)
     closer.start()
     closer.join(0.2)
