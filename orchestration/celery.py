@@ -31,6 +31,7 @@ import os
 import re
 import socket
 import sys
+import uuid
 from typing import Any
 
 import dagster as dg
@@ -96,9 +97,10 @@ def __getattr__(name: str) -> Any:          # `celery -A orchestration.celery` f
 
 
 # -- the run launcher ---------------------------------------------------------------------------
-from .dagster_internals import CheckRunHealthResult, WorkerStatus  # noqa: E402
+from .dagster_internals import CheckRunHealthResult, EngineEventData, WorkerStatus  # noqa: E402
 from dagster_celery.launcher import CeleryRunLauncher as _DagsterCeleryRunLauncher  # noqa: E402
-from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG  # noqa: E402
+from dagster_celery.launcher import _get_run_priority  # noqa: E402 - dagster-celery 0.29 (celery_tasks.py checks the release)
+from dagster_celery.tags import DAGSTER_CELERY_QUEUE_TAG, DAGSTER_CELERY_TASK_ID_TAG  # noqa: E402
 
 PING_MISSES = 2        # consecutive health checks without an answer from the run's worker: it is gone
 
@@ -108,30 +110,51 @@ class CeleryRunLauncher(_DagsterCeleryRunLauncher):
 
     Run monitoring fails a run on any health status but RUNNING or SUCCESS (with resume off), so:
     task SUCCESS / FAILURE (the pool process died: Celery records it) -> as dagster-celery says;
-    otherwise the worker that started the task (run tag increments/celery_worker, which the worker
-    sets when it starts the run; else the node name in the task's STARTED state, which the backend
-    expires) is pinged: it answers -> RUNNING; it missed PING_MISSES consecutive checks -> FAILED (the whole
+    otherwise the worker that started the task (the node name in the task's STARTED state, which
+    the backend expires; else run tag increments/celery_worker, which the worker sets when it starts
+    the run) is pinged: it answers -> RUNNING; it missed PING_MISSES consecutive checks -> FAILED (the whole
     worker died: its task would stay STARTED forever), so run retries redo the batch; one miss,
     a broker that does not answer or a worker not known yet -> RUNNING (a slow worker is not
     failed for one late answer: the fence would refuse its attempt, but the batch would be redone).
     Resuming a run on another worker is off: dagster-celery 0.29.27's launcher sends the resume
     task `execute_job_args_packed` where its task takes `resume_job_args_packed` (every resume
-    would fail with a TypeError in the worker); a crashed run is retried instead."""
+    would fail with a TypeError in the worker); a crashed run is retried instead.
+
+    The run's task id is recorded before the task is sent (`_launch_celery_task_run`): the only
+    writes to the run record from then on come from the worker that runs it, one after another."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._misses: dict[str, int] = {}
+
+    def _launch_celery_task_run(self, run: Any, task_signature: Any, routing_key: str) -> None:
+        """dagster-celery 0.29's, in another order: the task id is chosen here and written to the run
+        (tag dagster-celery/task_id) *before* the task reaches the broker. dagster-celery writes it
+        after apply_async, and Dagster's add_run_tags rewrites the whole stored run from what it read
+        just before: a warm worker that took the task at once had meanwhile tagged the run with its
+        name (WORKER_TAG) and started it, and the launcher's stale rewrite dropped that tag (and
+        could set the status in the stored run back to STARTING)."""
+        queue = run.tags.get(DAGSTER_CELERY_QUEUE_TAG, self.default_queue)
+        self._instance.report_engine_event("Creating Celery run worker job task", run, cls=self.__class__)
+        task_id = str(uuid.uuid4())
+        self._instance.add_run_tags(run.run_id, {DAGSTER_CELERY_TASK_ID_TAG: task_id})
+        task_signature.apply_async(task_id=task_id, priority=_get_run_priority(run), queue=queue,
+                                   routing_key=f"{queue}.{routing_key}")
+        self._instance.report_engine_event(
+            "Celery task has been forwarded to the broker.", run,
+            EngineEventData({"Run ID": run.run_id, "Celery Task ID": task_id, "Celery Queue": queue}), cls=self.__class__)
 
     @property
     def supports_resume_run(self) -> bool:
         return False
 
     def _worker_of(self, run: Any) -> tuple[str | None, Any]:
-        """(node name, pid) of the worker that started the run's task, remembered as a run tag."""
+        """(node name, pid) of the worker that started the run's task: the name from the task's
+        STARTED state, else the run's WORKER_TAG (the worker writes it before it starts the run; the
+        backend expires the state). Read only: a tag write from here (the daemon) would rewrite the
+        stored run while the run itself adds its tags, and one of the two writes would be lost."""
         info = self.celery.AsyncResult(run.tags[DAGSTER_CELERY_TASK_ID_TAG]).info
         host = info.get("hostname") if isinstance(info, dict) else None
-        if host and run.tags.get(WORKER_TAG) != host:
-            self._instance.add_run_tags(run.run_id, {WORKER_TAG: host})
         return host or run.tags.get(WORKER_TAG), info.get("pid") if isinstance(info, dict) else None
 
     def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:

@@ -60,6 +60,11 @@ def warm_counts(bucket: str = BUCKET, out: str = "counts", chk: str = "counts_ch
     return w.trigger(**(trigger or {"processing_time": "1 minute"}))
 
 
+def copy_job():
+    return build_definitions([(warm_copy, {"path": f"{BUCKET}/out", "sensor_status": "stopped"})]).get_job_def(
+        "warm_copy_batch")
+
+
 def counts_job():
     return build_definitions([(warm_counts, {"executor": "celery", "sensor_status": "stopped", "max_retries": 1,
                                              "retry_delay_s": 0.5})]).get_job_def("warm_counts_batch")
