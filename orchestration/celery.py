@@ -120,8 +120,9 @@ class CeleryRunLauncher(_DagsterCeleryRunLauncher):
     task `execute_job_args_packed` where its task takes `resume_job_args_packed` (every resume
     would fail with a TypeError in the worker); a crashed run is retried instead.
 
-    The run's task id is recorded before the task is sent (`_launch_celery_task_run`): the only
-    writes to the run record from then on come from the worker that runs it, one after another."""
+    The run's task id is recorded before the task is sent (`_launch_celery_task_run`): from then on
+    the launcher does not write the stored run; the run's own processes do (and run monitoring,
+    once the run's worker is gone)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
