@@ -118,8 +118,6 @@ def load(store, side: str, schema: pa.Schema, mirror: Mirror | None = None
     table, each chunk's key hashes (key_hashes; computed for the chunks the mirror has none of))."""
     if mirror is None:
         mirror = scan(store, side)
-    elif not isinstance(mirror, Mirror):
-        mirror = Mirror(mirror)
     cs = chunk_schema(schema)
     items = sorted(mirror.items())
     keys = [(skey, b) for skey, (b, _) in items]
@@ -158,7 +156,7 @@ def rewrite_chunk(store, side: str, skey: bytes, batch_id: int, rows: pa.Table, 
         store.delete(skey)
         if mirror is not None:
             mirror.pop(skey, None)
-            getattr(mirror, "hashes", {}).pop(skey, None)
+            mirror.hashes.pop(skey, None)
     if rows.num_rows:
         store.put(new_key, _blob(rows))
         if mirror is not None:
@@ -166,13 +164,11 @@ def rewrite_chunk(store, side: str, skey: bytes, batch_id: int, rows: pa.Table, 
             _keep_hashes(mirror, new_key, hashes)
 
 
-def _keep_hashes(mirror, key: bytes, hashes: np.ndarray | None) -> None:
-    kept = getattr(mirror, "hashes", None)
-    if kept is not None:
-        if hashes is None:
-            kept.pop(key, None)
-        else:
-            kept[key] = hashes
+def _keep_hashes(mirror: Mirror, key: bytes, hashes: np.ndarray | None) -> None:
+    if hashes is None:
+        mirror.hashes.pop(key, None)
+    else:
+        mirror.hashes[key] = hashes
 
 
 class KeyProbe:

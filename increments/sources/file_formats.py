@@ -54,6 +54,7 @@ def parquet_as_declared(table: pa.Table, schema: Schema, columns: list[str] | No
         return with_only(table.cast(pa.schema([target.field(c) for c in table.column_names])), target, columns)
     return table.select(schema.names).cast(schema.to_arrow())
 
+
 def read_json_lines(path: str, schema: Schema, columns: list[str] | None = None) -> pa.Table:
     """DuckDB's reader first (the fastest here); pyarrow's when DuckDB refuses (e.g. an object over its
     size limit); the line-by-line diagnosis when both do, so the error names the line. With

@@ -214,6 +214,18 @@ def _spy_take(monkeypatch):
     return taken
 
 
+def _spy_consumed(monkeypatch):
+    """Record the (partition, start, end) of every range consumed from the broker."""
+    import increments.sources.kafka.consume as consume_mod
+    consumed, take = [], consume_mod.KafkaConsume._consume_range
+
+    def spy(self, t, p, s, e, *a, **kw):
+        consumed.append((p, s, e))
+        return take(self, t, p, s, e, *a, **kw)
+    monkeypatch.setattr(consume_mod.KafkaConsume, "_consume_range", spy)
+    return consumed
+
+
 def test_parse_json_while_reading_gives_the_exact_paths_rows(kafka_broker, tmp_path, monkeypatch):
     import increments.sources.kafka as kafka_mod
     import increments.sources.kafka.consume as consume_mod
@@ -490,12 +502,7 @@ def test_available_now_reads_a_small_rest_once_and_leaves_no_consumer_fetching(k
     for p in range(2):
         produce(kafka_broker, topic, [json.dumps({"id": p * 100 + i}) for i in range(40)], partition=p)
     monkeypatch.setattr(consume_mod, "_PARSE_BYTES", 100)    # several chunks kept, handed over as pieces
-    consumed, take = [], consume_mod.KafkaConsume._consume_range
-
-    def spy(self, t, p, s, e, *a, **kw):
-        consumed.append((p, s, e))
-        return take(self, t, p, s, e, *a, **kw)
-    monkeypatch.setattr(consume_mod.KafkaConsume, "_consume_range", spy)
+    consumed = _spy_consumed(monkeypatch)
     assigned, read = [], KafkaSource.read
 
     def spy_read(self, start, end, columns=None):
@@ -559,12 +566,7 @@ def test_a_rest_not_read_ahead_is_read_by_its_own_batches(kafka_broker, tmp_path
         produce(kafka_broker, topic, values, partition=p)
     if case == "cap":
         monkeypatch.setattr(consume_mod, "_STASH_OFFSETS", 30)
-    consumed, take = [], consume_mod.KafkaConsume._consume_range
-
-    def spy(self, t, p, s, e, *a, **kw):
-        consumed.append((p, s, e))
-        return take(self, t, p, s, e, *a, **kw)
-    monkeypatch.setattr(consume_mod.KafkaConsume, "_consume_range", spy)
+    consumed = _spy_consumed(monkeypatch)
     got, fn = _collect()
     _run(inc.read_stream.kafka(kafka_broker, topic=topic, max_offsets_per_trigger=20)
          .parse_json("id BIGINT", keep=["partition", "offset"]), tmp_path / "chk", fn)

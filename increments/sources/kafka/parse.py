@@ -25,6 +25,7 @@ _PARSE_THREADS = 2
 #: more wall than the parse itself (a thread's wake-up on a busy machine)
 INLINE_PARSE_BYTES = 64 << 10
 
+
 def _parse_piece(values: pa.Array, options: Any) -> pa.Table | None:
     """One piece of values (an Arrow binary array) joined with newlines by Arrow and parsed by
     pyarrow's JSON reader (worker thread; both release the GIL). None when anything fails (invalid
