@@ -7,12 +7,10 @@ in this process (execute_job), and runs launched by the CeleryRunLauncher onto a
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from orch_testutil import create_db, drop_db
-from test_celery_runs import HERE, REPO, _need_brokers, _start_worker, _stop, warm  # noqa: F401 - the fixture
+from test_celery_runs import _start_worker, celery_home, warm  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.dagster
 
@@ -53,48 +51,28 @@ def _assert_each_partition_on_its_worker_warm(seen: dict) -> None:
     assert [s for _, s in seen["p0"][1:]] == ["warm"] * (n - 1) == [s for _, s in seen["p1"][1:]]
 
 
-def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(tmp_path, s3_bucket, monkeypatch):
-    _need_brokers()
+def test_partition_p_runs_on_its_queue_warm_and_output_equals_local(celery_home):
     import dagster as dg
-    from orchestration.home import prepare_home
-    root = str(tmp_path)
-    dag_db, dag_url = create_db("inc_dagster_cp")
-    log_db, log_url = create_db("inc_log_cp")
-    for k, v in dict(INCREMENTS_CELERY_BROKER="pyamqp://guest:guest@127.0.0.1:5672//",
-                     INCREMENTS_CELERY_BACKEND="redis://127.0.0.1:6379/3", INCREMENTS_LOG_URL=log_url,
-                     INCREMENTS_TEST_BUCKET=s3_bucket, INCREMENTS_TEST_DIR=root).items():
-        monkeypatch.setenv(k, v)
-    home = os.path.join(root, "home")
-    env = {**os.environ, **prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://")),
-           "PYTHONPATH": os.pathsep.join([REPO, HERE])}
-    monkeypatch.setenv("DAGSTER_PG_URL", env["DAGSTER_PG_URL"])
-    _put_clicks(s3_bucket)
-    workers = [_start_worker(env, root, "p0", "increments-p0,dagster"), _start_worker(env, root, "p1", "increments-p1,dagster")]
+    c = celery_home
+    _put_clicks(c["bucket"])
+    c["workers"] += [_start_worker(c["env"], c["root"], "p0", "increments-p0,dagster"),
+                     _start_worker(c["env"], c["root"], "p1", "increments-p1,dagster")]
     import celery_queries
     seen: dict[str, list] = {}
-    try:
-        with dg.DagsterInstance.from_config(home) as inst:
-            for _ in range(6):                       # until idle (the last batch is the watermark's)
-                res = dg.execute_job(dg.reconstructable(celery_queries.counts_job), instance=inst)
-                assert res.success
-                if inst.get_run_by_id(res.run_id).tags.get("increments/outcome") == "idle":
-                    break
-                _partition_outputs(inst, res.run_id, seen)
-        _assert_each_partition_on_its_worker_warm(seen)
-        celery_queries.warm_counts(s3_bucket, out="ref_counts", chk="ref_counts_chk",
-                                   trigger={"available_now": True}).start().await_termination()
-        assert _rows(f"{s3_bucket}/counts") == _rows(f"{s3_bucket}/ref_counts")
-    finally:
-        for w in workers:
-            _stop(w)
-        from increments.checkpoint.log import _ENGINES
-        for u in [u for u in _ENGINES if u == log_url]:
-            _ENGINES.pop(u).dispose()
-        drop_db(dag_db)
-        drop_db(log_db)
+    with dg.DagsterInstance.from_config(c["home"]) as inst:
+        for _ in range(6):                           # until idle (the last batch is the watermark's)
+            res = dg.execute_job(dg.reconstructable(celery_queries.counts_job), instance=inst)
+            assert res.success
+            if inst.get_run_by_id(res.run_id).tags.get("increments/outcome") == "idle":
+                break
+            _partition_outputs(inst, res.run_id, seen)
+    _assert_each_partition_on_its_worker_warm(seen)
+    celery_queries.warm_counts(c["bucket"], out="ref_counts", chk="ref_counts_chk",
+                               trigger={"available_now": True}).start().await_termination()
+    assert _rows(f"{c['bucket']}/counts") == _rows(f"{c['bucket']}/ref_counts")
 
 
-def test_launched_runs_on_a_run_worker_fan_out_to_partition_workers(warm, monkeypatch):
+def test_launched_runs_on_a_run_worker_fan_out_to_partition_workers(warm):
     """Items 1 and 2 together, as deployed (deploy/k8s-celery-workers.yaml): each batch run of the
     executor="celery" query is launched by the CeleryRunLauncher onto run worker w1, and from there
     its steps go to workers p0 and p1, partition p always on p<p>'s queue, warm from batch 1; the
@@ -106,8 +84,7 @@ def test_launched_runs_on_a_run_worker_fan_out_to_partition_workers(warm, monkey
                         _start_worker(warm["env"], warm["root"], "p1", "increments-p1,dagster")]
     host = __import__("socket").gethostname()
     seen: dict[str, list] = {}
-    monkeypatch.setenv("DAGSTER_PG_URL", warm["env"]["DAGSTER_PG_URL"])
-    with dg.DagsterInstance.from_config(warm["env"]["DAGSTER_HOME"]) as local:
+    with dg.DagsterInstance.from_config(warm["home"]) as local:
         for _ in range(6):                           # until idle (the last batch is the watermark's)
             r = inst.wait_run(inst.launch("warm_counts_batch"), 180)
             assert r["status"] == "SUCCESS", [e for e in inst.run_events(r["runId"]) if e.get("level") == "ERROR"]

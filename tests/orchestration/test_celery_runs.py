@@ -71,49 +71,66 @@ def _need_brokers() -> None:
     _need(6379, "Redis", "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no")
 
 
+BROKER, BACKEND = "pyamqp://guest:guest@127.0.0.1:5672//", "redis://127.0.0.1:6379/3"
+
+
 @pytest.fixture
-def warm(tmp_path, s3_bucket, monkeypatch):
-    """A started instance on the Celery run launcher, worker w1 running, two input files on S3;
-    yields what the tests use and stops the workers (also those a test appended), the instance and
-    the databases afterwards."""
+def celery_home(tmp_path, s3_bucket, monkeypatch):
+    """A Dagster home on PostgreSQL whose run launcher is the CeleryRunLauncher, a database for the
+    batch log, and the Celery broker and backend, the log, the bucket and the test directory in this
+    process's environment and in `env` (the environment of worker processes, with the repo and
+    tests/orchestration on PYTHONPATH); the increments-runs queue purged. Stops the workers a test
+    appends to "workers" and drops the databases afterwards."""
     _need_brokers()
     from orchestration.home import prepare_home
-    from orchestration.local_instance import LocalDagster
-    import obstore
     root = str(tmp_path)
     dag_db, dag_url = create_db("inc_dagster_celery")
     log_db, log_url = create_db("inc_log_celery")
-    broker, backend = "pyamqp://guest:guest@127.0.0.1:5672//", "redis://127.0.0.1:6379/3"
-    monkeypatch.setenv("INCREMENTS_CELERY_BROKER", broker)
-    monkeypatch.setenv("INCREMENTS_CELERY_BACKEND", backend)
+    for k, v in dict(INCREMENTS_CELERY_BROKER=BROKER, INCREMENTS_CELERY_BACKEND=BACKEND, INCREMENTS_LOG_URL=log_url,
+                     INCREMENTS_TEST_BUCKET=s3_bucket, INCREMENTS_TEST_DIR=root).items():
+        monkeypatch.setenv(k, v)
     home = os.path.join(root, "home")
-    env = prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"), celery=True)
-    env = {**os.environ, **env, "INCREMENTS_TEST_DIR": root, "INCREMENTS_TEST_BUCKET": s3_bucket,
-           "INCREMENTS_LOG_URL": log_url, "PYTHONPATH": os.pathsep.join([REPO, HERE])}
-    store = obstore.store.from_url(s3_bucket)
-    for f in range(2):
-        rows = "".join(json.dumps({"id": f * 1000 + r, "name": f"n{f}-{r}"}) + "\n" for r in range(50))
-        obstore.put(store, f"in/part-{f:04d}.json", rows.encode())
-    ws = os.path.join(root, "workspace.yaml")
-    with open(ws, "w") as f:
-        f.write(f"load_from:\n  - python_file:\n      relative_path: {os.path.join(HERE, 'celery_queries.py')}\n"
-                f"      attribute: defs\n      working_directory: {REPO}\n      location_name: celery_test\n")
-    _purge(broker)
-    inst = LocalDagster(home, ws, env=env, cwd=REPO)
-    workers = [_start_worker(env, root, "w1")]
+    env = {**os.environ, **prepare_home(home, pg_url=dag_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"),
+                                        celery=True),
+           "PYTHONPATH": os.pathsep.join([REPO, HERE])}
+    monkeypatch.setenv("DAGSTER_PG_URL", env["DAGSTER_PG_URL"])
+    _purge(BROKER)
+    workers: list = []
     try:
-        inst.start(timeout=180)
-        yield {"inst": inst, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket,
+        yield {"home": home, "env": env, "root": root, "workers": workers, "log_url": log_url, "bucket": s3_bucket,
                "dagster_db": dag_db}
     finally:
         for w in workers:
             _stop(w)
-        inst.stop()
         from increments.checkpoint.log import _ENGINES
         for u in [u for u in _ENGINES if u == log_url]:
             _ENGINES.pop(u).dispose()
         drop_db(dag_db)
         drop_db(log_db)
+
+
+@pytest.fixture
+def warm(celery_home):
+    """celery_home, started as an instance (daemon + webserver) over tests/orchestration/celery_queries.py,
+    worker w1 running, two input files on S3; yields celery_home's keys and "inst"."""
+    from orchestration.local_instance import LocalDagster
+    import obstore
+    c = celery_home
+    store = obstore.store.from_url(c["bucket"])
+    for f in range(2):
+        rows = "".join(json.dumps({"id": f * 1000 + r, "name": f"n{f}-{r}"}) + "\n" for r in range(50))
+        obstore.put(store, f"in/part-{f:04d}.json", rows.encode())
+    ws = os.path.join(c["root"], "workspace.yaml")
+    with open(ws, "w") as f:
+        f.write(f"load_from:\n  - python_file:\n      relative_path: {os.path.join(HERE, 'celery_queries.py')}\n"
+                f"      attribute: defs\n      working_directory: {REPO}\n      location_name: celery_test\n")
+    inst = LocalDagster(c["home"], ws, env=c["env"], cwd=REPO)
+    c["workers"].append(_start_worker(c["env"], c["root"], "w1"))
+    try:
+        inst.start(timeout=180)
+        yield {**c, "inst": inst}
+    finally:
+        inst.stop()
 
 
 def _launch_and_wait_for_pause(warm) -> str:
